@@ -1,0 +1,139 @@
+"""The paper's open-loop client (Section 3.1, 2) as a sans-IO state machine.
+
+It reads no clock, opens no socket and uses no global RNG: the driver (simulator or live load
+generator) passes the time `now` and a seeded `numpy.random.Generator`, so that the same seed and
+the same outcomes give the same attempts. The driver owns deadlines: it reports TIMED_OUT once an
+attempt's `deadline_s` passes, and the client answers with the call's next action.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from retrybench.config import ClientPolicy
+from retrybench.runlog import COMPLETED, ERROR, REFUSED_429, REFUSED_503, TIMED_OUT
+
+__all__ = ["CallDelivered", "CallFailed", "ClientAction", "RetryingClient", "SendAttempt"]
+
+_OUTCOMES = frozenset({COMPLETED, TIMED_OUT, REFUSED_429, REFUSED_503, ERROR})
+ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+RETRY_AFTER_TOO_LONG = "retry_after_too_long"
+
+
+@dataclass(frozen=True, slots=True)
+class SendAttempt:
+    """Send attempt `attempt_no` (0 first, 1..R retries) at `send_s`; close it at `deadline_s`."""
+
+    call_index: int
+    attempt_no: int
+    send_s: float
+    deadline_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CallDelivered:
+    """An attempt completed: the call got its response at `at_s`."""
+
+    call_index: int
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CallFailed:
+    """The client gave the call up at `at_s`: "attempts_exhausted" or "retry_after_too_long"."""
+
+    call_index: int
+    at_s: float
+    reason: str
+
+
+ClientAction = SendAttempt | CallDelivered | CallFailed
+
+
+@dataclass(slots=True)
+class _Call:
+    """Per-call state, kept tiny since a run has tens of thousands of calls."""
+
+    attempt_no: int  # the outstanding (or last) attempt
+    send_s: float
+    done: bool = False
+
+
+class RetryingClient:
+    """Decides, per reported attempt outcome, whether to retry, deliver or give the call up."""
+
+    def __init__(self, policy: ClientPolicy, rng: np.random.Generator) -> None:
+        self._policy = policy
+        self._rng = rng
+        self._calls: dict[int, _Call] = {}
+        self._outstanding = 0
+
+    def start_call(self, call_index: int, now: float) -> SendAttempt:
+        """The call's first attempt, sent at once (the trace is open-loop)."""
+        if call_index in self._calls:
+            raise ValueError(f"call {call_index} already started")
+        self._calls[call_index] = _Call(attempt_no=0, send_s=now)
+        self._outstanding += 1
+        return self._attempt(call_index, 0, now)
+
+    def on_outcome(
+        self,
+        call_index: int,
+        attempt_no: int,
+        outcome: str,
+        now: float,
+        retry_after_s: float | None = None,
+    ) -> ClientAction:
+        """The call's next action after its outstanding attempt ended with `outcome` at `now`."""
+        call = self._calls.get(call_index)
+        if call is None:
+            raise ValueError(f"call {call_index} was never started")
+        if call.done:
+            raise ValueError(f"call {call_index} already ended (attempt {attempt_no} reported late or twice)")
+        if attempt_no != call.attempt_no:
+            raise ValueError(
+                f"call {call_index}: attempt {attempt_no} is not the outstanding attempt {call.attempt_no}"
+            )
+        if outcome not in _OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}; expected one of {', '.join(sorted(_OUTCOMES))}")
+        if now < call.send_s:
+            raise ValueError(
+                f"call {call_index}: outcome at {now} before the attempt was sent ({call.send_s})"
+            )
+        if retry_after_s is not None and not retry_after_s >= 0:
+            raise ValueError(f"retry_after_s must be >= 0 or None, got {retry_after_s}")
+        if outcome == COMPLETED:
+            return self._end(call, CallDelivered(call_index, now))
+        # Exhaustion first: a call with no attempts left fails the same way whatever refused it.
+        if attempt_no + 1 >= self._policy.max_attempts:
+            return self._end(call, CallFailed(call_index, now, ATTEMPTS_EXHAUSTED))
+        if outcome == REFUSED_429 and retry_after_s is not None:
+            if retry_after_s > self._policy.retry_after_cap_s:
+                return self._end(call, CallFailed(call_index, now, RETRY_AFTER_TOO_LONG))
+            wait = retry_after_s
+        else:
+            wait = float(self._rng.uniform(self._policy.backoff_min_s, self._policy.backoff_max_s))
+        call.attempt_no = attempt_no + 1
+        call.send_s = now + wait
+        return self._attempt(call_index, call.attempt_no, call.send_s)
+
+    def attempts_made(self, call_index: int) -> int:
+        """Attempts sent (or scheduled) for the call so far, the first one included."""
+        call = self._calls.get(call_index)
+        if call is None:
+            raise ValueError(f"call {call_index} was never started")
+        return call.attempt_no + 1
+
+    def outstanding(self) -> int:
+        """Calls started but neither delivered nor failed."""
+        return self._outstanding
+
+    def _attempt(self, call_index: int, attempt_no: int, send_s: float) -> SendAttempt:
+        return SendAttempt(call_index, attempt_no, send_s, send_s + self._policy.attempt_timeout_s)
+
+    def _end(self, call: _Call, action: CallDelivered | CallFailed) -> ClientAction:
+        call.done = True
+        self._outstanding -= 1
+        return action

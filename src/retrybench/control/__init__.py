@@ -1,0 +1,1 @@
+"""The sans-IO proxy: the decisions of every overload control."""

@@ -1,0 +1,179 @@
+"""GPU and model profiles: KV capacity and the time of one engine step, from published figures.
+
+A step's time is a roofline plus fixed costs:
+
+    t = fixed_s + per_seq_s * seqs + max(FLOPs / (peak * compute_eff), bytes / (bandwidth * memory_eff))
+
+FLOPs count the linear layers for every scheduled token, causal attention over each token's
+context, and the LM head for each token sampled; bytes count the weights once per step and every
+scheduled execution's KV context. The four efficiency constants per GPU are the only fitted
+numbers (scripts/fit_profiles.py), fitted to the paper's calibration figures alone (Section 3.2):
+C-hat per model, and Qwen2.5-7B's median TTFT and E2E at 1.52 calls/s.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from retrybench.config import EngineConfig
+
+__all__ = ["GPUS", "MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts", "profile_for"]
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuSpec:
+    name: str
+    memory_bytes: float  # what the driver reports as total memory
+    bandwidth_bytes_per_s: float
+    bf16_flops_per_s: float  # dense
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Architecture figures from each model's published config.json (bf16 weights)."""
+
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    dtype_bytes: int = 2
+
+    @property
+    def layer_params(self) -> int:
+        q_out = self.heads * self.head_dim
+        kv_out = self.kv_heads * self.head_dim
+        attention = self.hidden * q_out + 2 * self.hidden * kv_out + q_out * self.hidden
+        mlp = 3 * self.hidden * self.intermediate
+        return self.layers * (attention + mlp)
+
+    @property
+    def params(self) -> int:
+        return self.layer_params + 2 * self.vocab * self.hidden  # untied embedding and LM head
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def attention_flops_per_token_pair(self) -> int:
+        """QK^T and PV for one query token against one context token, over all layers."""
+        return 4 * self.layers * self.heads * self.head_dim
+
+
+GPUS: dict[str, GpuSpec] = {
+    # NVIDIA H100 SXM5 80 GB HBM3: 81,559 MiB reported, 3.35 TB/s, 989 TFLOP/s dense BF16.
+    "h100": GpuSpec(name="NVIDIA H100 80GB HBM3 (SXM)", memory_bytes=81_559 * 1024**2,
+                    bandwidth_bytes_per_s=3.35e12, bf16_flops_per_s=989.4e12),
+    # NVIDIA H200 SXM 141 GB HBM3e: 143,771 MiB reported, 4.8 TB/s, same compute as H100.
+    "h200": GpuSpec(name="NVIDIA H200 (SXM)", memory_bytes=143_771 * 1024**2,
+                    bandwidth_bytes_per_s=4.8e12, bf16_flops_per_s=989.4e12),
+}
+
+MODELS: dict[str, ModelSpec] = {
+    "qwen2.5-7b-instruct": ModelSpec(name="Qwen/Qwen2.5-7B-Instruct", layers=28, hidden=3584,
+                                     intermediate=18944, heads=28, kv_heads=4, head_dim=128,
+                                     vocab=152_064),
+    "qwen3-14b": ModelSpec(name="Qwen/Qwen3-14B", layers=40, hidden=5120, intermediate=17408,
+                           heads=40, kv_heads=8, head_dim=128, vocab=151_936),
+    "llama-3.1-8b-instruct": ModelSpec(name="meta-llama/Llama-3.1-8B-Instruct", layers=32,
+                                       hidden=4096, intermediate=14336, heads=32, kv_heads=8,
+                                       head_dim=128, vocab=128_256),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCosts:
+    """The fitted constants of one GPU (see scripts/fit_profiles.py)."""
+
+    fixed_s: float
+    per_seq_s: float
+    compute_eff: float
+    memory_eff: float
+
+
+@cache
+def _fitted() -> dict[str, Any]:
+    text = (resources.files("retrybench") / "engine" / "fitted.toml").read_text()
+    return tomllib.loads(text)
+
+
+def fitted_costs(gpu: str) -> StepCosts:
+    table = _fitted()["gpu"][gpu]
+    return StepCosts(**{k: float(table[k]) for k in ("fixed_s", "per_seq_s", "compute_eff", "memory_eff")})
+
+
+def _non_kv_bytes(model: ModelSpec, engine: EngineConfig) -> float:
+    """What vLLM's memory profiling reserves beside the weights before sizing the KV cache.
+
+    The profile run's activation peak at max_num_batched_tokens (the MLP's gate/up output and a
+    few hidden-size buffers in bf16), the sampler's fp32 logits for max_num_seqs, and the CUDA
+    context, NCCL and CUDA-graph pools (about 1.5 GiB on these GPUs).
+    """
+    tokens = engine.max_num_batched_tokens
+    activations = tokens * (4 * model.intermediate + 8 * model.hidden) * model.dtype_bytes
+    logits = 2 * engine.max_num_seqs * model.vocab * 4
+    return activations + logits + 1.5 * GIB
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineProfile:
+    """One engine build: GPU x model x engine arguments, with its step-time model."""
+
+    gpu_key: str
+    model_key: str
+    gpu: GpuSpec
+    model: ModelSpec
+    engine: EngineConfig
+    costs: StepCosts
+
+    @property
+    def kv_blocks(self) -> int:
+        budget = self.gpu.memory_bytes * self.engine.gpu_memory_utilization
+        free = budget - self.model.weight_bytes - _non_kv_bytes(self.model, self.engine)
+        per_block = self.engine.block_size * self.model.kv_bytes_per_token
+        blocks = int(free // per_block)
+        if blocks < 1:
+            raise ValueError(f"{self.model.name} does not fit on {self.gpu.name} at this utilization")
+        return blocks
+
+    def step_time_s(self, *, seqs: int, tokens: int, sampled: int, attention_pairs: float,
+                    context_tokens: int) -> float:
+        """Time of one step.
+
+        tokens: tokens computed this step (prefill chunks + one per decode); sampled: executions
+        that sample a token; attention_pairs: sum over computed tokens of their context length;
+        context_tokens: KV tokens read, summed over the step's executions.
+        """
+        model = self.model
+        flops = (2.0 * model.layer_params * tokens
+                 + model.attention_flops_per_token_pair * attention_pairs
+                 + 2.0 * model.vocab * model.hidden * sampled)
+        data = model.weight_bytes + model.kv_bytes_per_token * context_tokens
+        costs = self.costs
+        compute_s = flops / (self.gpu.bf16_flops_per_s * costs.compute_eff)
+        memory_s = data / (self.gpu.bandwidth_bytes_per_s * costs.memory_eff)
+        return costs.fixed_s + costs.per_seq_s * seqs + max(compute_s, memory_s)
+
+
+def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = None,
+                costs: StepCosts | None = None) -> EngineProfile:
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
+    if gpu not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
+    return EngineProfile(gpu_key=gpu, model_key=model, gpu=GPUS[gpu], model=MODELS[model],
+                         engine=engine or EngineConfig(), costs=costs or fitted_costs(gpu))

@@ -1,0 +1,115 @@
+"""The run log: every call, attempt and execution of one run, plus 1-s samples of the queues.
+
+The simulator writes it, and the live load generator will write the same schema, so that one
+analysis (analysis/) computes the paper's metrics from either. Times are seconds since the run's
+start (the trace's time zero). `None` means "did not happen".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["AttemptRecord", "CallRecord", "ExecutionRecord", "QueueSamples", "RunLog"]
+
+# Attempt outcomes, as the client saw them.
+COMPLETED = "completed"
+TIMED_OUT = "timed_out"
+REFUSED_429 = "refused_429"
+REFUSED_503 = "refused_503"
+ERROR = "error"
+
+# Execution fates (the paper's Section 2 vocabulary, plus what can happen before the engine).
+FATE_COMPLETED = "completed"  # finished while a subscriber was waiting
+FATE_ORPHANED = "orphaned"  # ran on (and maybe finished) with no subscriber left
+FATE_CANCELLED = "cancelled"  # aborted by the engine after the proxy closed its stream
+FATE_REFUSED = "refused"  # refused by the engine's queue cap (503), never queued
+FATE_DROPPED = "dropped"  # dropped from the proxy's queue, never reached the engine
+FATE_UNFINISHED = "unfinished"  # still live with a subscriber when the run ended
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallRecord:
+    index: int
+    arrival_s: float  # planned arrival = first attempt sent
+    prompt_tokens: int
+    response_tokens: int
+    attempts: int
+    delivered_s: float | None  # complete response received
+    failed_s: float | None
+    failed_reason: str | None  # attempts_exhausted | retry_after_too_long | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttemptRecord:
+    call_index: int
+    attempt_no: int  # 0 = first attempt, 1..R = retries
+    sent_s: float
+    ended_s: float
+    outcome: str  # completed | timed_out | refused_429 | refused_503 | error
+    execution_id: int | None  # the execution that served it (created or attached)
+    first_token_s: float | None = None
+    retry_after_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExecutionRecord:
+    execution_id: int
+    call_index: int
+    attempt_no: int  # the attempt that created it
+    created_s: float  # created at the proxy
+    accepted_s: float | None  # queued by the engine
+    refused_s: float | None  # refused by the engine (503)
+    first_scheduled_s: float | None
+    first_token_s: float | None
+    finished_s: float | None  # last token produced
+    abort_requested_s: float | None  # the proxy closed its upstream stream
+    aborted_s: float | None  # the engine applied the abort
+    fate: str
+    prompt_tokens: int = 0
+    computed_prompt_tokens: int = 0  # prompt tokens computed, not taken from the prefix cache
+    preemptions: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueueSamples:
+    """Gauges sampled once per second, at t = 0, 1, 2, ... s (as a 1-s Prometheus scrape would)."""
+
+    engine_waiting: list[int] = field(default_factory=list)
+    engine_running: list[int] = field(default_factory=list)
+    proxy_waiting: list[int] = field(default_factory=list)
+    prompt_tokens_total: list[int] = field(default_factory=list)
+    prefix_cache_queries_total: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunLog:
+    meta: dict[str, Any]  # run spec, C-hat, phase boundaries (pulse_start_s, pulse_end_s, hold_end_s)
+    calls: list[CallRecord]
+    attempts: list[AttemptRecord]
+    executions: list[ExecutionRecord]
+    samples: QueueSamples
+    end_s: float
+    counters: dict[str, int] = field(default_factory=dict)  # engine counters at the run's end
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    def digest(self) -> str:
+        """sha256 of the canonical JSON: the same spec must give the same digest."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    @classmethod
+    def from_json(cls, text: str) -> RunLog:
+        data = json.loads(text)
+        return cls(
+            meta=data["meta"],
+            calls=[CallRecord(**c) for c in data["calls"]],
+            attempts=[AttemptRecord(**a) for a in data["attempts"]],
+            executions=[ExecutionRecord(**e) for e in data["executions"]],
+            samples=QueueSamples(**data["samples"]),
+            end_s=data["end_s"],
+            counters=data.get("counters", {}),
+        )

@@ -1,0 +1,1 @@
+"""The simulator: client, proxy and engine driven in virtual time."""

@@ -1,0 +1,265 @@
+"""Play calls through client -> proxy -> engine in virtual time and return the run log.
+
+The client (client.py), the proxy (control/proxy.py) and the engine (engine/) are the pure
+deciders; this module only carries their decisions to each other at the right virtual time.
+A run ends when no call is outstanding; the engine may still hold orphaned executions then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from retrybench import runlog
+from retrybench.client import CallDelivered, CallFailed, ClientAction, RetryingClient, SendAttempt
+from retrybench.config import ClientPolicy, ProxyPolicy
+from retrybench.control.proxy import Action, AttemptIn, Cancel, Dispatch, Notify, ProxyCore, SetTimer
+from retrybench.engine.core import EngineCore
+from retrybench.engine.profiles import EngineProfile
+from retrybench.runlog import AttemptRecord, CallRecord, ExecutionRecord, QueueSamples, RunLog
+from retrybench.sim.loop import EventLoop
+from retrybench.workload import Call
+
+__all__ = ["simulate"]
+
+# Event priorities at equal times: engine output first (a response that arrives exactly at the
+# deadline is delivered), then what reaches the engine, then client deadlines and sends.
+_ENGINE, _ABORT, _DEADLINE, _SEND, _ARRIVAL, _TIMER = range(6)
+
+
+@dataclass(slots=True)
+class _Attempt:
+    call_index: int
+    attempt_no: int
+    sent_s: float
+    deadline_s: float
+    execution_id: int | None = None
+    first_token_s: float | None = None
+    ended_s: float | None = None
+    outcome: str | None = None
+    retry_after_s: float | None = None
+
+
+@dataclass(slots=True)
+class _Call:
+    call: Call
+    delivered_s: float | None = None
+    failed_s: float | None = None
+    failed_reason: str | None = None
+
+
+class _Sim:
+    def __init__(self, profile: EngineProfile, calls: Sequence[Call], client: ClientPolicy,
+                 proxy: ProxyPolicy, seed: int, prefix_tokens: int,
+                 trace: list[dict[str, Any]] | None) -> None:
+        self.loop = EventLoop()
+        self.engine = EngineCore(profile, prefix_tokens=prefix_tokens, trace=trace)
+        self.client = RetryingClient(client, np.random.default_rng([seed, 10]))
+        self.proxy = ProxyCore(proxy)
+        self.cancel_delay_s = proxy.cancel_delay_s
+        self.calls = [_Call(call) for call in calls]
+        self.attempts: dict[tuple[int, int], _Attempt] = {}
+        self.execution_created: dict[int, tuple[int, int, float]] = {}
+        self.refused: dict[int, float] = {}
+        self.delivered_to_subscriber: set[int] = set()
+        self.engine_wake: float | None = None
+        self.samples = QueueSamples()
+        self.next_sample = 0
+        self.arrived = 0
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> float:
+        loop = self.loop
+        for i, item in enumerate(self.calls):
+            loop.push(item.call.arrival_s, _ARRIVAL, i)
+        now = 0.0
+        total = len(self.calls)
+        while loop:
+            now, kind, payload = loop.pop()
+            self._sample_until(now)
+            if kind == _ENGINE:
+                if self.engine_wake != now:
+                    continue  # stale wake-up
+                self.engine_wake = None
+                for event in self.engine.on_batch_done(now):
+                    kind_name = "completed" if event.kind == "finished" else event.kind
+                    self._apply(self.proxy.on_engine_event(event.rid, kind_name, now), now)
+            elif kind == _ABORT:
+                self.engine.abort(payload, now)
+            elif kind == _DEADLINE:
+                self._deadline(payload, now)
+            elif kind == _SEND:
+                self._send(payload, now)
+            elif kind == _ARRIVAL:
+                self.arrived += 1
+                self._client_action(self.client.start_call(payload, now), now)
+            else:
+                self._apply(self.proxy.on_timer(payload, now), now)
+            self._wake_engine()
+            if self.arrived == total and self.client.outstanding() == 0:
+                break
+        self._sample_until(now + 1e-9)
+        return now
+
+    def _wake_engine(self) -> None:
+        due = self.engine.next_done_s()
+        if due is not None and due != self.engine_wake:
+            self.engine_wake = due
+            self.loop.push(due, _ENGINE, None)
+
+    def _sample_until(self, now: float) -> None:
+        samples = self.samples
+        engine = self.engine
+        counters = engine.scheduler.counters
+        while self.next_sample < now:
+            samples.engine_waiting.append(engine.num_waiting)
+            samples.engine_running.append(engine.num_running)
+            samples.proxy_waiting.append(self.proxy.waiting)
+            samples.prompt_tokens_total.append(counters.prompt_tokens_total)
+            samples.prefix_cache_queries_total.append(counters.prefix_cache_queries_total)
+            self.next_sample += 1
+
+    # -- client side -------------------------------------------------------------------------
+
+    def _client_action(self, action: ClientAction, now: float) -> None:
+        if isinstance(action, SendAttempt):
+            record = _Attempt(action.call_index, action.attempt_no, action.send_s, action.deadline_s)
+            self.attempts[(action.call_index, action.attempt_no)] = record
+            self.loop.push(action.send_s, _SEND, record)
+        elif isinstance(action, CallDelivered):
+            self.calls[action.call_index].delivered_s = action.at_s
+        elif isinstance(action, CallFailed):
+            item = self.calls[action.call_index]
+            item.failed_s = action.at_s
+            item.failed_reason = action.reason
+
+    def _send(self, record: _Attempt, now: float) -> None:
+        call = self.calls[record.call_index].call
+        attempt = AttemptIn(call.index, record.attempt_no, call.call_id, call.prompt_tokens,
+                            call.response_tokens)
+        decision = self.proxy.on_attempt(attempt, now)
+        record.execution_id = decision.execution_id
+        self.execution_created[decision.execution_id] = (call.index, record.attempt_no, now)
+        self.loop.push(record.deadline_s, _DEADLINE, record)
+        if decision.dispatch:
+            self._dispatch(decision.execution_id, now)
+
+    def _deadline(self, record: _Attempt, now: float) -> None:
+        if record.outcome is not None:
+            return
+        self._end_attempt(record, runlog.TIMED_OUT, now)
+        self._apply(self.proxy.on_subscriber_left((record.call_index, record.attempt_no), now), now)
+
+    def _end_attempt(self, record: _Attempt, outcome: str, now: float,
+                     retry_after_s: float | None = None) -> None:
+        record.outcome = outcome
+        record.ended_s = now
+        record.retry_after_s = retry_after_s
+        action = self.client.on_outcome(record.call_index, record.attempt_no, outcome, now, retry_after_s)
+        self._client_action(action, now)
+
+    # -- proxy decisions ---------------------------------------------------------------------
+
+    def _apply(self, actions: list[Action], now: float) -> None:
+        for action in actions:
+            if isinstance(action, Notify):
+                self._notify(action, now)
+            elif isinstance(action, Cancel):
+                self.loop.push(now + self.cancel_delay_s, _ABORT, action.execution_id)
+            elif isinstance(action, Dispatch):
+                self._dispatch(action.execution_id, now)
+            elif isinstance(action, SetTimer):
+                self.loop.push(action.at_s, _TIMER, action.execution_id)
+
+    def _notify(self, action: Notify, now: float) -> None:
+        record = self.attempts[action.subscriber]
+        if record.outcome is not None:
+            return
+        if action.kind == "first_token":
+            record.first_token_s = now
+        elif action.kind == "completed":
+            if record.execution_id is not None:
+                self.delivered_to_subscriber.add(record.execution_id)
+            self._end_attempt(record, runlog.COMPLETED, now)
+        elif action.kind == "refused":
+            outcome = runlog.REFUSED_429 if action.status == 429 else runlog.REFUSED_503
+            self._end_attempt(record, outcome, now, action.retry_after_s)
+
+    def _dispatch(self, execution_id: int, now: float) -> None:
+        call_index, _attempt_no, _created = self.execution_created[execution_id]
+        call = self.calls[call_index].call
+        accepted = self.engine.submit(execution_id, prompt_len=call.prompt_tokens,
+                                      max_tokens=call.response_tokens, prompt_key=call_index, now=now)
+        if not accepted:
+            self.refused[execution_id] = now
+            self._apply(self.proxy.on_engine_event(execution_id, "refused", now), now)
+
+    # -- the log -----------------------------------------------------------------------------
+
+    def log(self, end_s: float, meta: dict[str, Any]) -> RunLog:
+        calls = [
+            CallRecord(index=item.call.index, arrival_s=item.call.arrival_s,
+                       prompt_tokens=item.call.prompt_tokens, response_tokens=item.call.response_tokens,
+                       attempts=self.client.attempts_made(item.call.index) if item.call.index < self.arrived
+                       else 0,
+                       delivered_s=item.delivered_s, failed_s=item.failed_s, failed_reason=item.failed_reason)
+            for item in self.calls
+        ]
+        attempts = [
+            AttemptRecord(call_index=r.call_index, attempt_no=r.attempt_no, sent_s=r.sent_s,
+                          ended_s=r.ended_s if r.ended_s is not None else end_s,
+                          outcome=r.outcome or runlog.ERROR, execution_id=r.execution_id,
+                          first_token_s=r.first_token_s, retry_after_s=r.retry_after_s)
+            for r in self.attempts.values() if r.execution_id is not None or r.outcome is not None
+        ]
+        executions = [self._execution_record(eid) for eid in sorted(self.execution_created)]
+        counters = self.engine.scheduler.counters
+        return RunLog(meta=meta, calls=calls, attempts=attempts, executions=executions,
+                      samples=self.samples, end_s=end_s,
+                      counters={"prompt_tokens_total": counters.prompt_tokens_total,
+                                "prefix_cache_queries_total": counters.prefix_cache_queries_total,
+                                "prefix_cache_hits_total": counters.prefix_cache_hits_total,
+                                "num_preemptions_total": counters.num_preemptions_total,
+                                "generation_tokens_total": counters.generation_tokens_total})
+
+    def _execution_record(self, eid: int) -> ExecutionRecord:
+        call_index, attempt_no, created = self.execution_created[eid]
+        stats = self.engine.stats.get(eid)
+        state = self.proxy.executions[eid]
+        if eid in self.refused:
+            fate = runlog.FATE_REFUSED
+        elif stats is not None and stats.aborted_s is not None:
+            fate = runlog.FATE_CANCELLED
+        elif eid in self.delivered_to_subscriber:
+            fate = runlog.FATE_COMPLETED
+        elif state.subscribers:
+            fate = runlog.FATE_UNFINISHED
+        else:
+            fate = runlog.FATE_ORPHANED
+        return ExecutionRecord(
+            execution_id=eid, call_index=call_index, attempt_no=attempt_no, created_s=created,
+            accepted_s=stats.queued_s if stats is not None else None,
+            refused_s=self.refused.get(eid),
+            first_scheduled_s=stats.first_scheduled_s if stats else None,
+            first_token_s=stats.first_token_s if stats else None,
+            finished_s=stats.finished_s if stats else None,
+            abort_requested_s=stats.abort_requested_s if stats else None,
+            aborted_s=stats.aborted_s if stats else None,
+            fate=fate,
+            prompt_tokens=stats.prompt_tokens if stats else 0,
+            computed_prompt_tokens=stats.computed_prompt_tokens if stats else 0,
+            preemptions=stats.preemptions if stats else 0,
+        )
+
+
+def simulate(profile: EngineProfile, calls: Sequence[Call], *, client: ClientPolicy, proxy: ProxyPolicy,
+             seed: int, meta: dict[str, Any], prefix_tokens: int = 2000,
+             trace: list[dict[str, Any]] | None = None) -> RunLog:
+    """One run: every call in `calls` played through the client, proxy and engine."""
+    sim = _Sim(profile, calls, client, proxy, seed, prefix_tokens, trace)
+    end_s = sim.run()
+    return sim.log(end_s, meta)
