@@ -210,7 +210,7 @@ class EngineCore:
     def _log_step(self, batch: Batch, now: float, start: float, end: float) -> None:
         assert self.trace is not None
         prompt: dict[str, int] = {}
-        decode: list[int] = []
+        decode: list[int] = [request.rid for request, _epoch in batch.decode]
         for (request, n, _s, _e), computed in zip(batch.entries, batch.prompt_tokens, strict=True):
             if computed:
                 prompt[str(request.rid)] = n

@@ -21,7 +21,7 @@ __all__ = ["BlockPool", "Owner"]
 class Owner:
     """Cached content that hits only as a prefix: blocks [0, cached) hold valid KV."""
 
-    __slots__ = ("free_segments", "key", "refs", "size", "cached")
+    __slots__ = ("cached", "free_segments", "key", "refs", "size")
 
     def __init__(self, key: object, size: int) -> None:
         self.key = key

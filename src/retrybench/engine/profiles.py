@@ -2,13 +2,19 @@
 
 A step's time is a roofline plus fixed costs:
 
-    t = fixed_s + per_seq_s * seqs + max(FLOPs / (peak * compute_eff), bytes / (bandwidth * memory_eff))
+    t = fixed_s + per_seq_s * seqs
+        + max(GEMM FLOPs / (peak * compute_eff) + attention FLOPs / (peak * attention_eff),
+              bytes / (bandwidth * memory_eff))
 
-FLOPs count the linear layers for every scheduled token, causal attention over each token's
-context, and the LM head for each token sampled; bytes count the weights once per step and every
-scheduled execution's KV context. The four efficiency constants per GPU are the only fitted
-numbers (scripts/fit_profiles.py), fitted to the paper's calibration figures alone (Section 3.2):
-C-hat per model, and Qwen2.5-7B's median TTFT and E2E at 1.52 calls/s.
+GEMM FLOPs count the linear layers for every scheduled token and the LM head for each token
+sampled; attention FLOPs count causal attention over each token's context (its kernels run at a
+lower fraction of peak than GEMMs, hence a constant of its own); bytes count the weights once per
+step and every scheduled execution's KV context.
+
+Fitted numbers (scripts/fit_profiles.py), from the paper's calibration figures alone (Section 3.2):
+the GPU's fixed step cost and memory efficiency with Qwen2.5-7B's GEMM efficiency (to its C-hat,
+median TTFT and E2E at 1.52 calls/s), then each other model's GEMM efficiency (to its C-hat): GEMM
+efficiency differs with matrix shapes. per_seq_s and attention_eff are priors, not fitted.
 """
 
 from __future__ import annotations
@@ -101,7 +107,8 @@ class StepCosts:
 
     fixed_s: float
     per_seq_s: float
-    compute_eff: float
+    compute_eff: float  # of GEMMs
+    attention_eff: float
     memory_eff: float
 
 
@@ -111,9 +118,11 @@ def _fitted() -> dict[str, Any]:
     return tomllib.loads(text)
 
 
-def fitted_costs(gpu: str) -> StepCosts:
+def fitted_costs(gpu: str, model: str) -> StepCosts:
     table = _fitted()["gpu"][gpu]
-    return StepCosts(**{k: float(table[k]) for k in ("fixed_s", "per_seq_s", "compute_eff", "memory_eff")})
+    return StepCosts(fixed_s=float(table["fixed_s"]), per_seq_s=float(table["per_seq_s"]),
+                     compute_eff=float(table["compute_eff"][model]),
+                     attention_eff=float(table["attention_eff"]), memory_eff=float(table["memory_eff"]))
 
 
 def _non_kv_bytes(model: ModelSpec, engine: EngineConfig) -> float:
@@ -159,12 +168,12 @@ class EngineProfile:
         context_tokens: KV tokens read, summed over the step's executions.
         """
         model = self.model
-        flops = (2.0 * model.layer_params * tokens
-                 + model.attention_flops_per_token_pair * attention_pairs
-                 + 2.0 * model.vocab * model.hidden * sampled)
+        gemm = 2.0 * model.layer_params * tokens + 2.0 * model.vocab * model.hidden * sampled
+        attention = model.attention_flops_per_token_pair * attention_pairs
         data = model.weight_bytes + model.kv_bytes_per_token * context_tokens
         costs = self.costs
-        compute_s = flops / (self.gpu.bf16_flops_per_s * costs.compute_eff)
+        peak = self.gpu.bf16_flops_per_s
+        compute_s = gemm / (peak * costs.compute_eff) + attention / (peak * costs.attention_eff)
         memory_s = data / (self.gpu.bandwidth_bytes_per_s * costs.memory_eff)
         return costs.fixed_s + costs.per_seq_s * seqs + max(compute_s, memory_s)
 
@@ -176,4 +185,4 @@ def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = Non
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
     return EngineProfile(gpu_key=gpu, model_key=model, gpu=GPUS[gpu], model=MODELS[model],
-                         engine=engine or EngineConfig(), costs=costs or fitted_costs(gpu))
+                         engine=engine or EngineConfig(), costs=costs or fitted_costs(gpu, model))

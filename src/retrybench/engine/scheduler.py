@@ -32,10 +32,28 @@ class Request:
     """One execution inside the engine."""
 
     __slots__ = (
-        "aborted_in_flight_tokens", "admitted", "anon", "arrival_s", "chain", "computed_prompt_tokens",
-        "epoch", "first_scheduled_step", "first_token", "max_tokens", "num_computed", "out",
-        "out_scheduled", "own", "own_k", "prefill_len", "prefix_k", "preemptions", "prompt_len", "rid",
-        "recomputed_tokens", "status",
+        "aborted_in_flight_tokens",
+        "admitted",
+        "anon",
+        "arrival_s",
+        "chain",
+        "computed_prompt_tokens",
+        "epoch",
+        "first_scheduled_step",
+        "first_token",
+        "max_tokens",
+        "num_computed",
+        "out",
+        "out_scheduled",
+        "own",
+        "own_k",
+        "preemptions",
+        "prefill_len",
+        "prefix_k",
+        "prompt_len",
+        "recomputed_tokens",
+        "rid",
+        "status",
     )
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, own: Owner, arrival_s: float) -> None:
@@ -69,7 +87,8 @@ class Request:
 
 @dataclass(slots=True)
 class Batch:
-    """One engine step: entries are (request, tokens, samples a token, epoch at scheduling)."""
+    """One engine step. `entries` are prefill chunks (and the rare decode scheduled on the slow
+    path): (request, tokens, samples a token, epoch at scheduling); `decode` holds the decodes."""
 
     step_id: int
     entries: list[tuple[Request, int, bool, int]]
@@ -79,6 +98,7 @@ class Batch:
     sampled: int = 0
     attention_pairs: float = 0.0
     context_tokens: int = 0
+    decode: list[tuple[Request, int]] = field(default_factory=list)  # (request, epoch): one token each
     preempted: list[int] = field(default_factory=list)
     admitted: list[tuple[int, int]] = field(default_factory=list)  # (rid, prefix-cache hit tokens)
 
@@ -204,6 +224,10 @@ class Scheduler:
         self._step += 1
         batch = Batch(step_id=self._step, entries=[], prompt_tokens=[])
         running = self.running
+        pool = self.pool
+        size = self.block_size
+        decode = batch.decode
+        decode_context = 0
         preempted = False
         i = 0
         while i < len(running) and budget > 0:
@@ -212,6 +236,19 @@ class Scheduler:
                 i += 1  # its last token is in flight
                 continue
             computed = request.num_computed
+            if computed >= request.prefill_len and (computed % size or pool.free):
+                # Decode fast path (most entries of most steps): one token, a new block every
+                # block_size tokens. Blocks held always equal ceil(num_computed / block_size).
+                if computed % size == 0:
+                    pool.take(1)
+                    request.anon += 1
+                request.num_computed = computed + 1
+                request.out_scheduled += 1
+                decode.append((request, request.epoch))
+                decode_context += computed + 1
+                budget -= 1
+                i += 1
+                continue
             n = min(request.prefill_len - computed, budget) if computed < request.prefill_len else 1
             while not self._grow(request, computed + n):
                 victim = running.pop()
@@ -225,9 +262,16 @@ class Scheduler:
                 i += 1
                 continue
             break
+        if decode:
+            count = len(decode)
+            batch.seqs += count
+            batch.tokens += count
+            batch.sampled += count
+            batch.attention_pairs += decode_context
+            batch.context_tokens += decode_context
         if not preempted:
             budget = self._admit(batch, budget)
-        if not batch.entries:
+        if not batch.entries and not decode:
             self._step -= 1
             return None
         return batch
@@ -312,20 +356,25 @@ class Scheduler:
         """Apply a finished batch: returns (requests whose first token this was, finished ones)."""
         first: list[Request] = []
         done: list[Request] = []
-        counters = self.counters
         for request, _n, samples, epoch in batch.entries:
-            if not samples or request.status != RUNNING or epoch != request.epoch:
-                continue  # aborted, finished or preempted since: its output is dropped
-            request.out += 1
-            counters.generation_tokens_total += 1
-            if not request.first_token:
-                request.first_token = True
-                counters.prompt_tokens_total += request.prompt_len
-                first.append(request)
-            if request.out >= request.max_tokens:
-                request.status = FINISHED
-                self.running.remove(request)
-                self._free(request)
-                done.append(request)
+            if samples:
+                self._output(request, epoch, first, done)
+        for request, epoch in batch.decode:
+            self._output(request, epoch, first, done)
         return first, done
+
+    def _output(self, request: Request, epoch: int, first: list[Request], done: list[Request]) -> None:
+        if request.status != RUNNING or epoch != request.epoch:
+            return  # aborted, finished or preempted since: its output is dropped
+        request.out += 1
+        self.counters.generation_tokens_total += 1
+        if not request.first_token:
+            request.first_token = True
+            self.counters.prompt_tokens_total += request.prompt_len
+            first.append(request)
+        if request.out >= request.max_tokens:
+            request.status = FINISHED
+            self.running.remove(request)
+            self._free(request)
+            done.append(request)
 

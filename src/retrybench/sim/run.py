@@ -72,13 +72,16 @@ class _Sim:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def run(self) -> float:
+    def run(self, stop_s: float | None = None) -> float:
         loop = self.loop
         for i, item in enumerate(self.calls):
             loop.push(item.call.arrival_s, _ARRIVAL, i)
         now = 0.0
         total = len(self.calls)
         while loop:
+            if stop_s is not None and loop.peek_time() > stop_s:
+                now = stop_s
+                break
             now, kind, payload = loop.pop()
             self._sample_until(now)
             if kind == _ENGINE:
@@ -258,8 +261,11 @@ class _Sim:
 
 def simulate(profile: EngineProfile, calls: Sequence[Call], *, client: ClientPolicy, proxy: ProxyPolicy,
              seed: int, meta: dict[str, Any], prefix_tokens: int = 2000,
-             trace: list[dict[str, Any]] | None = None) -> RunLog:
-    """One run: every call in `calls` played through the client, proxy and engine."""
+             trace: list[dict[str, Any]] | None = None, stop_s: float | None = None) -> RunLog:
+    """One run: every call in `calls` played through the client, proxy and engine.
+
+    It ends when no call is outstanding, or at `stop_s` (calibration stops after its stages).
+    """
     sim = _Sim(profile, calls, client, proxy, seed, prefix_tokens, trace)
-    end_s = sim.run()
+    end_s = sim.run(stop_s)
     return sim.log(end_s, meta)

@@ -1,0 +1,76 @@
+"""Capacity calibration, as the paper's Section 3.2 defines it, computed from a run log.
+
+The workload runs without retries in 300-s stages, each at 1.5 times the previous stage's rate,
+until the engine's waiting queue grows by at least 0.1 calls/s. In that saturated stage, arrivals
+that do not join the queue are served, so C-hat = the stage's arrival rate - the queue's growth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from retrybench.runlog import RunLog
+
+__all__ = ["Calibration", "StageResult", "calibration_from_log", "stage_plan"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageResult:
+    index: int
+    rate_calls_per_s: float
+    start_s: float
+    end_s: float
+    calls: int
+    growth_per_s: float  # least-squares slope of the engine's waiting queue over the stage
+    median_ttft_s: float | None
+    median_e2e_s: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    chat_calls_per_s: float
+    saturated: StageResult
+    stages: tuple[StageResult, ...]
+
+    def stage_near(self, rate_calls_per_s: float) -> StageResult:
+        return min(self.stages, key=lambda s: abs(s.rate_calls_per_s - rate_calls_per_s))
+
+
+def stage_plan(first_rate: float, factor: float, stages: int, stage_s: float) -> list[tuple[float, float, float]]:
+    """(rate, start_s, end_s) of each stage."""
+    if first_rate <= 0 or factor <= 1 or stages < 1 or stage_s <= 0:
+        raise ValueError("need first_rate > 0, factor > 1, stages >= 1 and stage_s > 0")
+    return [(first_rate * factor**k, k * stage_s, (k + 1) * stage_s) for k in range(stages)]
+
+
+def _slope(values: list[int]) -> float:
+    if len(values) < 2:
+        return float("nan")
+    x = np.arange(len(values), dtype=float)
+    return float(np.polyfit(x, np.asarray(values, dtype=float), 1)[0])
+
+
+def calibration_from_log(log: RunLog, plan: list[tuple[float, float, float]],
+                         threshold_per_s: float = 0.1) -> Calibration:
+    """Stage results and C-hat from a calibration run's log; raises if no stage saturated."""
+    waiting = log.samples.engine_waiting
+    results: list[StageResult] = []
+    for index, (rate, start, end) in enumerate(plan):
+        in_stage = [c for c in log.calls if start <= c.arrival_s < end]
+        ttft = [a.first_token_s - a.sent_s for a in log.attempts
+                if a.first_token_s is not None and start <= a.sent_s < end]
+        e2e = [c.delivered_s - c.arrival_s for c in in_stage if c.delivered_s is not None]
+        results.append(StageResult(
+            index=index, rate_calls_per_s=rate, start_s=start, end_s=end, calls=len(in_stage),
+            growth_per_s=_slope(waiting[int(start):int(end)]),
+            median_ttft_s=float(np.median(ttft)) if ttft else None,
+            median_e2e_s=float(np.median(e2e)) if e2e else None,
+        ))
+        if results[-1].growth_per_s >= threshold_per_s:
+            saturated = results[-1]
+            return Calibration(chat_calls_per_s=saturated.rate_calls_per_s - saturated.growth_per_s,
+                               saturated=saturated, stages=tuple(results))
+    raise ValueError(f"no stage's waiting queue grew by {threshold_per_s}/s; the last stage ran at "
+                     f"{plan[-1][0]:.3f} calls/s: add stages")

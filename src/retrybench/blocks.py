@@ -1,0 +1,69 @@
+"""The paper's blocks (Table 1): conditions x models x runs -> run specs.
+
+Each run of a block replays one trace (its seed) under every condition of the block, so the
+conditions of a run differ only in the settings Table 1 lists. Run counts default to the paper's
+(Section 3.3): the diagnostic block has three runs on Qwen2.5-7B-Instruct and two on the others,
+the trigger sweep one, the mixed-prompt block two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from retrybench.engine.profiles import MODELS
+from retrybench.runner import RunSpec
+
+__all__ = ["BLOCKS", "Block", "block_specs", "paper_runs"]
+
+PRIMARY_MODEL = "qwen2.5-7b-instruct"
+DIAGNOSTIC = ("retries-off-cancel-off", "retries-on-cancel-off", "retries-off-cancel-on", "retries-on-cancel-on")
+TRIGGER_SWEEP = ("retries-on-cancel-off", "retries-off-cancel-off")
+PULSES_X = (1.5, 2.0, 2.7)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Block:
+    name: str
+    conditions: tuple[str, ...]
+    models: tuple[str, ...]
+    pulses_x: tuple[float, ...] = (2.7,)
+    mixed_prompts: bool = False
+    section: str = ""
+
+
+BLOCKS: dict[str, Block] = {
+    "diagnostic": Block(name="diagnostic", conditions=DIAGNOSTIC, models=tuple(MODELS), section="4.1"),
+    "trigger-sweep": Block(name="trigger-sweep", conditions=TRIGGER_SWEEP, models=tuple(MODELS),
+                           pulses_x=PULSES_X, section="4.2"),
+    "mixed-prompts": Block(name="mixed-prompts", conditions=DIAGNOSTIC, models=(PRIMARY_MODEL,),
+                           mixed_prompts=True, section="4.2"),
+}
+
+
+def paper_runs(block: str, model: str) -> int:
+    """How many runs the paper has of this block on this model (Section 3.3)."""
+    if block == "trigger-sweep":
+        return 1
+    if block == "diagnostic" and model == PRIMARY_MODEL:
+        return 3
+    return 2
+
+
+def block_specs(name: str, model: str, runs: int | None = None, gpu: str = "h100",
+                first_seed: int = 1) -> list[RunSpec]:
+    """Every run spec of one block on one model; seeds first_seed .. first_seed + runs - 1."""
+    if name not in BLOCKS:
+        raise ValueError(f"unknown block {name!r}; known: {', '.join(BLOCKS)}")
+    block = BLOCKS[name]
+    if model not in block.models:
+        raise ValueError(f"block {name!r} runs on {', '.join(block.models)}, not {model!r}")
+    count = paper_runs(name, model) if runs is None else runs
+    if count < 1:
+        raise ValueError(f"runs must be >= 1, got {count}")
+    return [
+        RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse,
+                mixed_prompts=block.mixed_prompts)
+        for seed in range(first_seed, first_seed + count)
+        for pulse in block.pulses_x
+        for condition in block.conditions
+    ]

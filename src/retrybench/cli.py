@@ -1,0 +1,155 @@
+"""The `retrybench` command line: calibrate, run, block, reproduce."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from retrybench import __version__
+from retrybench.blocks import BLOCKS, block_specs
+from retrybench.config import ConfigError, available_conditions
+from retrybench.engine.profiles import GPUS, MODELS
+from retrybench.runner import RunSpec, calibration_for, run_many, run_one
+
+MODEL_CHOICE = click.Choice(sorted(MODELS))
+GPU_CHOICE = click.Choice(sorted(GPUS))
+console = Console(stderr=True)
+
+SUMMARY_COLUMNS = ("recovered", "recovery_s", "hold_delivered_pct", "pulse_delivered_pct", "primary_timely_pct",
+                   "created_x", "accepted_x", "completed_x", "retry_share_pct")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="retrybench")
+def main() -> None:
+    """Re-test 'Cancellation Is Not Enough' on a simulated vLLM-V1 engine (virtual time, CPU)."""
+
+
+@main.command()
+@click.option("--model", type=MODEL_CHOICE, required=True)
+@click.option("--gpu", type=GPU_CHOICE, default="h100", show_default=True)
+@click.option("--mixed-prompts", is_flag=True, help="Half the calls get 3,000-token prompts (Section 4.2).")
+@click.option("--no-cache", is_flag=True, help="Recompute even if a cached calibration exists.")
+def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool) -> None:
+    """Measure C-hat the paper's way: 300-s stages, each 1.5x the last, until the queue grows."""
+    result = calibration_for(model, gpu, mixed_prompts, use_cache=not no_cache)
+    click.echo(json.dumps({k: v for k, v in result.items() if k != "stages"} | {
+        "stages": [{k: s[k] for k in ("rate_calls_per_s", "growth_per_s", "median_ttft_s", "median_e2e_s")}
+                   for s in result["stages"]]}, indent=1))
+
+
+@main.command()
+@click.option("--condition", required=True, help=f"A Table 1 condition ({', '.join(available_conditions())}) "
+              "or the path of a policy TOML file.")
+@click.option("--model", type=MODEL_CHOICE, required=True)
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True, help="Trace seed.")
+@click.option("--pulse-x", type=click.FloatRange(min=0, max=100), default=2.7, show_default=True,
+              help="Pulse rate in multiples of C-hat.")
+@click.option("--max-batched-tokens", type=click.IntRange(min=16), default=8192, show_default=True)
+@click.option("--gpu", type=GPU_CHOICE, default="h100", show_default=True)
+@click.option("--mixed-prompts", is_flag=True)
+@click.option("--engine-cap", type=click.IntRange(min=1), default=None, help="vLLM's --max-num-queued-reqs.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--no-cache", is_flag=True)
+def run(condition: str, model: str, seed: int, pulse_x: float, max_batched_tokens: int, gpu: str,
+        mixed_prompts: bool, engine_cap: int | None, as_json: bool, no_cache: bool) -> None:
+    """One paper run on the simulated engine: the trace under one condition."""
+    spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
+                   max_batched_tokens=max_batched_tokens, mixed_prompts=mixed_prompts, engine_cap=engine_cap)
+    try:
+        result = run_one(spec, use_cache=not no_cache)
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        _print_table([result])
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
+
+
+def _run_with_progress(specs: list[RunSpec], jobs: int | None, label: str) -> list[dict[str, Any]]:
+    with _progress() as progress:
+        task = progress.add_task(label, total=len(specs))
+
+        def advance(spec: RunSpec, result: dict[str, Any]) -> None:
+            progress.advance(task)
+            if "error" in result:
+                console.print(f"[red]run failed[/red] {spec}: {result['error']}")
+
+        return run_many(specs, jobs=jobs, progress=advance)
+
+
+@main.command()
+@click.argument("name", type=click.Choice(sorted(BLOCKS)))
+@click.option("--model", type=MODEL_CHOICE, required=True)
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs (traces); default: the paper's.")
+@click.option("--gpu", type=GPU_CHOICE, default="h100", show_default=True)
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel processes (default: cores).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of run results.")
+def block(name: str, model: str, runs: int | None, gpu: str, jobs: int | None, as_json: bool) -> None:
+    """Every condition of one Table 1 block, for each of its runs."""
+    try:
+        specs = block_specs(name, model, runs, gpu)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    results = _run_with_progress(specs, jobs, f"{name} on {model}")
+    if as_json:
+        click.echo(json.dumps(results))
+    else:
+        _print_table(results)
+    if any("error" in r for r in results):
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--models", default=",".join(MODELS), show_default=True, help="Comma-separated models.")
+@click.option("--gpu", type=GPU_CHOICE, default="h100", show_default=True)
+@click.option("--jobs", type=click.IntRange(min=1), default=None)
+@click.option("--json", "as_json", is_flag=True)
+def reproduce(models: str, gpu: str, jobs: int | None, as_json: bool) -> None:
+    """The collapse blocks (Section 4: diagnostic, trigger sweep, mixed prompts) with the paper's run counts."""
+    chosen = [m.strip() for m in models.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in MODELS]
+    if unknown:
+        raise click.UsageError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    specs = [spec for name, blk in BLOCKS.items() for model in chosen if model in blk.models
+             for spec in block_specs(name, model, gpu=gpu)]
+    results = _run_with_progress(specs, jobs, "reproduce")
+    if as_json:
+        click.echo(json.dumps(results))
+    else:
+        _print_table(results)
+    if any("error" in r for r in results):
+        sys.exit(1)
+
+
+def _print_table(results: list[dict[str, Any]]) -> None:
+    table = Table("model", "condition", "seed", "pulse_x", *SUMMARY_COLUMNS, title="retrybench runs")
+    for r in results:
+        if "error" in r:
+            table.add_row(r["model"], r["condition"], str(r["seed"]), str(r["pulse_x"]), f"FAILED: {r['error']}")
+            continue
+        table.add_row(r["model"], r["condition"], str(r["seed"]), str(r["pulse_x"]),
+                      *("-" if r.get(c) is None else str(r[c]) for c in SUMMARY_COLUMNS))
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""Run specs -> results, with a content-addressed cache so that an interrupted batch resumes.
+
+A result is cached under the hash of its spec and of the package's own source, so a code change
+never reuses a stale result. Files are written atomically (temporary file, then rename), so a crash
+leaves either the whole result or nothing. Calibration (C-hat) is cached the same way, per engine
+build: GPU, model and prompt mix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from retrybench import __version__
+from retrybench.analysis import summarize
+from retrybench.analysis.calibrate import Calibration
+from retrybench.config import EngineConfig, WorkloadSpec, load_condition
+from retrybench.engine.profiles import profile_for
+from retrybench.runlog import RunLog
+from retrybench.sim.calibrate import calibrate
+from retrybench.sim.run import simulate
+from retrybench.workload import generate_trace
+
+__all__ = ["RunSpec", "cache_dir", "calibration_for", "code_version", "run_many", "run_one", "simulate_spec"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """One paper run: engine profile, model, condition, trigger, trace seed and overrides."""
+
+    model: str
+    condition: str
+    seed: int
+    gpu: str = "h100"
+    pulse_x: float = 2.7
+    max_batched_tokens: int = 8192
+    mixed_prompts: bool = False
+    engine_cap: int | None = None  # overrides the condition's cap
+
+    def key(self) -> str:
+        text = json.dumps({"spec": asdict(self), "code": code_version()}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@cache
+def code_version() -> str:
+    """Hash of every source and data file of the package: results depend on all of them."""
+    digest = hashlib.sha256(__version__.encode())
+    root = Path(str(resources.files("retrybench")))
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".toml") and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """$RETRYBENCH_CACHE, or ~/.cache/retrybench."""
+    env = os.environ.get("RETRYBENCH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "retrybench"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _cached_json(path: Path, compute: Callable[[], dict[str, Any]], use_cache: bool) -> dict[str, Any]:
+    if use_cache and path.exists():
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+            return data
+        except (OSError, json.JSONDecodeError):
+            pass  # a damaged entry is recomputed
+    data = compute()
+    if use_cache:
+        _write_atomic(path, json.dumps(data, sort_keys=True, indent=1))
+    return data
+
+
+def _calibration_summary(result: Calibration) -> dict[str, Any]:
+    stage = result.stage_near(1.52)
+    return {
+        "chat": result.chat_calls_per_s,
+        "saturated_stage_rate": result.saturated.rate_calls_per_s,
+        "saturated_stage_growth_per_s": result.saturated.growth_per_s,
+        "median_ttft_s_at_1_52": stage.median_ttft_s,
+        "median_e2e_s_at_1_52": stage.median_e2e_s,
+        "stages": [asdict(s) for s in result.stages],
+    }
+
+
+def calibration_for(model: str, gpu: str = "h100", mixed_prompts: bool = False,
+                    use_cache: bool = True) -> dict[str, Any]:
+    """C-hat and the calibration stages of one engine build (default engine arguments)."""
+    key = hashlib.sha256(json.dumps([model, gpu, mixed_prompts, code_version()]).encode()).hexdigest()[:24]
+    path = cache_dir() / "calibration" / f"{model}-{gpu}-{'mixed-' if mixed_prompts else ''}{key}.json"
+
+    def compute() -> dict[str, Any]:
+        spec = WorkloadSpec(chat_calls_per_s=1.0, mixed_prompts=mixed_prompts)
+        summary = _calibration_summary(calibrate(profile_for(model, gpu), spec=spec))
+        summary.update(model=model, gpu=gpu, mixed_prompts=mixed_prompts)
+        return summary
+
+    return _cached_json(path, compute, use_cache)
+
+
+def simulate_spec(spec: RunSpec, chat: float | None = None) -> RunLog:
+    """The run log of one spec on the simulated engine."""
+    condition = load_condition(spec.condition)
+    if chat is None:
+        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts)["chat"])
+    cap = spec.engine_cap if spec.engine_cap is not None else condition.engine_cap
+    if cap == "auto":
+        cap = math.ceil(round(120 * chat, 6))  # ceil(120 x C-hat), robust to float noise
+    engine = EngineConfig(max_num_batched_tokens=spec.max_batched_tokens,
+                          max_num_queued_reqs=cap if isinstance(cap, int) else None)
+    profile = profile_for(spec.model, spec.gpu, engine)
+    workload = WorkloadSpec(chat_calls_per_s=chat, pulse_rate_x=spec.pulse_x, mixed_prompts=spec.mixed_prompts)
+    trace = generate_trace(workload, spec.seed)
+    meta: dict[str, Any] = {
+        **asdict(spec), "chat": chat, "pulse_start_s": workload.pulse_start_s,
+        "pulse_end_s": workload.pulse_end_s, "hold_end_s": workload.hold_end_s,
+        "attempt_timeout_s": condition.client.attempt_timeout_s, "delivery_horizon_s": 840.0,
+        "engine_cap": cap, "kv_blocks": profile.kv_blocks,
+    }
+    return simulate(profile, trace.calls, client=condition.client, proxy=condition.proxy, seed=spec.seed,
+                    meta=meta, prefix_tokens=workload.shared_prefix_tokens)
+
+
+def run_one(spec: RunSpec, use_cache: bool = True) -> dict[str, Any]:
+    """The summary of one run (the paper's Section 3.2 metrics), from the cache when present."""
+    path = cache_dir() / "runs" / f"{spec.key()}.json"
+
+    def compute() -> dict[str, Any]:
+        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache)["chat"])
+        started = time.perf_counter()
+        log = simulate_spec(spec, chat)
+        result: dict[str, Any] = {**asdict(spec), "chat": round(chat, 4), **summarize(log)}
+        result["engine_cap"] = log.meta["engine_cap"]
+        result["wall_s"] = round(time.perf_counter() - started, 3)
+        result["code_version"] = code_version()
+        return result
+
+    return _cached_json(path, compute, use_cache)
+
+
+def _run_safely(spec: RunSpec) -> dict[str, Any]:
+    try:
+        return run_one(spec)
+    except Exception as error:  # a failed run is reported, never dropped
+        return {**asdict(spec), "error": f"{type(error).__name__}: {error}"}
+
+
+def run_many(specs: Iterable[RunSpec], jobs: int | None = None,
+             progress: Callable[[RunSpec, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Results in the order of `specs`; runs in parallel processes, failures kept with their error."""
+    ordered = list(specs)
+    jobs = jobs or os.cpu_count() or 1
+    for build in sorted({(s.model, s.gpu, s.mixed_prompts) for s in ordered}):
+        calibration_for(*build)  # once, before the workers would each compute it
+    results: dict[int, dict[str, Any]] = {}
+    if jobs == 1 or len(ordered) == 1:
+        for i, spec in enumerate(ordered):
+            results[i] = _run_safely(spec)
+            if progress:
+                progress(spec, results[i])
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_run_safely, spec): i for i, spec in enumerate(ordered)}
+            for future in as_completed(futures):
+                i = futures[future]
+                results[i] = future.result()
+                if progress:
+                    progress(ordered[i], results[i])
+    return [results[i] for i in range(len(ordered))]
+
+
+def with_seed(spec: RunSpec, seed: int) -> RunSpec:
+    return replace(spec, seed=seed)
