@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -22,7 +23,9 @@ from retrybench import __version__
 from retrybench.blocks import BLOCKS, block_specs
 from retrybench.config import ConfigError, available_conditions
 from retrybench.engine.profiles import GPUS, MODELS
-from retrybench.runner import RunSpec, calibration_for, run_many, run_one
+from retrybench.analysis import summarize
+from retrybench.runner import RunSpec, calibration_for, run_many, run_one, simulate_spec
+from retrybench.tracefile import write_trace
 
 MODEL_CHOICE = click.Choice(sorted(MODELS))
 GPU_CHOICE = click.Choice(sorted(GPUS))
@@ -64,13 +67,23 @@ def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool) -> None
 @click.option("--engine-cap", type=click.IntRange(min=1), default=None, help="vLLM's --max-num-queued-reqs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--no-cache", is_flag=True)
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+              default=None, help="Also write the engine's event trace (JSONL) and the run log beside it.")
 def run(condition: str, model: str, seed: int, pulse_x: float, max_batched_tokens: int, gpu: str,
-        mixed_prompts: bool, engine_cap: int | None, as_json: bool, no_cache: bool) -> None:
+        mixed_prompts: bool, engine_cap: int | None, as_json: bool, no_cache: bool, trace_path: Path | None) -> None:
     """One paper run on the simulated engine: the trace under one condition."""
     spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
                    max_batched_tokens=max_batched_tokens, mixed_prompts=mixed_prompts, engine_cap=engine_cap)
     try:
-        result = run_one(spec, use_cache=not no_cache)
+        if trace_path is None:
+            result = run_one(spec, use_cache=not no_cache)
+        else:
+            events: list[dict[str, Any]] = []
+            log = simulate_spec(spec, trace=events)
+            write_trace(trace_path, events, {"spec": log.meta})
+            runlog_path = trace_path.with_suffix(".runlog.json")
+            runlog_path.write_text(log.to_json())
+            result = {**log.meta, **summarize(log), "trace": str(trace_path), "run_log": str(runlog_path)}
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     if as_json:
@@ -140,15 +153,19 @@ def reproduce(models: str, gpu: str, jobs: int | None, as_json: bool) -> None:
         sys.exit(1)
 
 
+HEADERS = ("recovered", "recovery s", "hold %", "pulse %", "primary <=120 s %", "created xC", "accepted xC",
+           "completed xC", "retry share %")
+
+
 def _print_table(results: list[dict[str, Any]]) -> None:
-    table = Table("model", "condition", "seed", "pulse_x", *SUMMARY_COLUMNS, title="retrybench runs")
+    table = Table("model", "condition", "seed", "pulse xC", *HEADERS, title="retrybench runs (simulated engine)")
     for r in results:
         if "error" in r:
             table.add_row(r["model"], r["condition"], str(r["seed"]), str(r["pulse_x"]), f"FAILED: {r['error']}")
             continue
         table.add_row(r["model"], r["condition"], str(r["seed"]), str(r["pulse_x"]),
                       *("-" if r.get(c) is None else str(r[c]) for c in SUMMARY_COLUMNS))
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
 if __name__ == "__main__":

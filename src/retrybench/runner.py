@@ -123,7 +123,7 @@ def calibration_for(model: str, gpu: str = "h100", mixed_prompts: bool = False,
     return _cached_json(path, compute, use_cache)
 
 
-def simulate_spec(spec: RunSpec, chat: float | None = None) -> RunLog:
+def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str, Any]] | None = None) -> RunLog:
     """The run log of one spec on the simulated engine."""
     condition = load_condition(spec.condition)
     if chat is None:
@@ -135,15 +135,15 @@ def simulate_spec(spec: RunSpec, chat: float | None = None) -> RunLog:
                           max_num_queued_reqs=cap if isinstance(cap, int) else None)
     profile = profile_for(spec.model, spec.gpu, engine)
     workload = WorkloadSpec(chat_calls_per_s=chat, pulse_rate_x=spec.pulse_x, mixed_prompts=spec.mixed_prompts)
-    trace = generate_trace(workload, spec.seed)
+    calls = generate_trace(workload, spec.seed).calls
     meta: dict[str, Any] = {
         **asdict(spec), "chat": chat, "pulse_start_s": workload.pulse_start_s,
         "pulse_end_s": workload.pulse_end_s, "hold_end_s": workload.hold_end_s,
         "attempt_timeout_s": condition.client.attempt_timeout_s, "delivery_horizon_s": 840.0,
         "engine_cap": cap, "kv_blocks": profile.kv_blocks,
     }
-    return simulate(profile, trace.calls, client=condition.client, proxy=condition.proxy, seed=spec.seed,
-                    meta=meta, prefix_tokens=workload.shared_prefix_tokens)
+    return simulate(profile, calls, client=condition.client, proxy=condition.proxy, seed=spec.seed,
+                    meta=meta, prefix_tokens=workload.shared_prefix_tokens, trace=trace)
 
 
 def run_one(spec: RunSpec, use_cache: bool = True) -> dict[str, Any]:
