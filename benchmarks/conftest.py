@@ -1,34 +1,15 @@
-"""Shared machinery of the finding tests: paper values, cached runs, recorded figures."""
+"""Shared machinery of the finding tests: where cached runs live, and recorded figures."""
 
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-os.environ.setdefault("RETRYBENCH_CACHE", str(HERE.parent / ".retrybench-cache"))
-
-from retrybench.runner import RunSpec, run_one  # noqa: E402  (after the cache location is set)
-
-PAPER: dict[str, Any] = tomllib.loads((HERE / "paper_values.toml").read_text())
-
-# The one tolerance band of the suite, for claims the paper states as "near" a figure: the
-# measured value must lie within this relative margin of the paper's [low, high] range.
-NEAR = 0.10
-
-
-def near(value: float, low: float, high: float, margin: float = NEAR) -> bool:
-    """True if value lies in [low, high] widened by `margin` of each end."""
-    return low * (1 - margin) <= value <= high * (1 + margin)
-
-
-def result(model: str, condition: str, seed: int, **overrides: Any) -> dict[str, Any]:
-    """One run's summary (simulated engine), computed once and then read from the cache."""
-    return run_one(RunSpec(model=model, condition=condition, seed=seed, **overrides))
+# Finding tests share runs through the result cache; keep it inside the checkout.
+os.environ.setdefault("RETRYBENCH_CACHE", str(Path(__file__).resolve().parents[1] / ".retrybench-cache"))
 
 
 @pytest.fixture

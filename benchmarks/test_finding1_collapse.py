@@ -12,15 +12,22 @@ from typing import Any
 
 import pytest
 
-from conftest import NEAR, PAPER, near, result
 from retrybench.blocks import BLOCKS, paper_runs
+from retrybench.paper import NEAR, near, paper_values
+from retrybench.runner import RunSpec, run_one
 
 pytestmark = pytest.mark.finding1
 
+PAPER = paper_values()
 MODELS = BLOCKS["diagnostic"].models
 PRIMARY = "qwen2.5-7b-instruct"
 TABLE2 = PAPER["diagnostic"]["hold_delivered_pct"]
 SWEEP = PAPER["trigger_sweep"]
+
+
+def result(model: str, condition: str, seed: int, **overrides: Any) -> dict[str, Any]:
+    """One run's summary on the simulated engine, computed once and then read from the cache."""
+    return run_one(RunSpec(model=model, condition=condition, seed=seed, **overrides))
 
 
 def _runs(block: str, models: tuple[str, ...] = MODELS) -> list[Any]:

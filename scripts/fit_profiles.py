@@ -28,7 +28,7 @@ from retrybench.engine.profiles import StepCosts, profile_for
 from retrybench.sim.calibrate import calibrate
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER = ROOT / "benchmarks" / "paper_values.toml"
+PAPER = ROOT / "src" / "retrybench" / "paper_values.toml"
 FITTED = ROOT / "src" / "retrybench" / "engine" / "fitted.toml"
 PRIMARY = "qwen2.5-7b-instruct"
 OTHERS = ("qwen3-14b", "llama-3.1-8b-instruct")

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
-
 import pytest
 
 from retrybench.engine.profiles import profile_for
+from retrybench.paper import paper_values
 from retrybench.sim.calibrate import calibrate
 
-PAPER = tomllib.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "paper_values.toml").read_text())
+PAPER = paper_values()
 TOLERANCE = 0.05
 
 

@@ -73,13 +73,18 @@ def check_batch(s: Scheduler, batch: Batch, waiting_before: list[int]) -> None:
     assert len(rids) == len(set(rids)), "a request scheduled twice in one step"
     tokens = sum(n for _r, n, _s, _e in batch.entries) + len(batch.decode)
     assert batch.tokens == tokens
-    assert 0 < batch.tokens <= config.max_num_batched_tokens
+    assert batch.tokens <= config.max_num_batched_tokens
+    # A step with no tokens is only returned to report a preemption.
+    assert batch.tokens > 0 or batch.preempted
     assert batch.seqs == len(rids) <= config.max_num_seqs
     assert batch.sampled == sum(sm for _r, _n, sm, _e in batch.entries) + len(batch.decode)
     assert len(batch.prompt_tokens) == len(batch.entries)
     for (r, n, _sm, _e), prompt in zip(batch.entries, batch.prompt_tokens, strict=True):
         assert n > 0
         assert 0 <= prompt <= n
+        assert r.status == RUNNING  # a request given tokens this step is not preempted in it
+        if prompt:
+            assert r.num_computed <= r.prefill_len  # never more prompt than the prompt needs
     if batch.preempted:
         # No waiting request is admitted in a step that preempted something, and the preempted
         # requests are at the FRONT of the waiting queue (the last one preempted first).
@@ -239,6 +244,8 @@ def test_random_workloads_finish_and_keep_invariants(
     assert counters.prompt_tokens_total == sum(r.prompt_len for r in out.requests)
     assert counters.prefix_cache_queries_total == sum(r.prompt_len for r in out.requests)
     assert counters.generation_tokens_total == sum(r.max_tokens for r in out.requests)
+    # Every preempted request produced an output later, so every preemption is counted, and every
+    # one was reported in a batch.
     assert counters.num_preemptions_total == out.preemptions_seen == sum(r.preemptions for r in out.requests)
     assert 0 <= counters.prefix_cache_hits_total <= counters.prefix_cache_queries_total
     for r in out.requests:
@@ -247,7 +254,11 @@ def test_random_workloads_finish_and_keep_invariants(
     if not caching:
         assert counters.prefix_cache_hits_total == 0
         for r in out.requests:
-            assert r.computed_prompt_tokens - r.recomputed_tokens == r.prompt_len
+            # Without a cache hit the first admission computes the whole prompt, unless a
+            # preemption cut its prefill short (then the rest counts as recomputed).
+            if r.preemptions == 0:
+                assert r.computed_prompt_tokens == r.prompt_len
+            assert r.computed_prompt_tokens - r.recomputed_tokens <= r.prompt_len
 
 
 @SETTINGS
@@ -266,6 +277,11 @@ def test_random_workloads_with_aborts_keep_invariants(
         if r.status == FINISHED:
             assert r.out == r.max_tokens
     assert s.pool.used == 0
+    # Preemptions of a request aborted before its next output may go uncounted (vLLM reports a
+    # preemption with the request's next output); those of finished requests are all counted.
+    assert out.preemptions_seen == sum(r.preemptions for r in out.requests)
+    assert (sum(r.preemptions for r in out.requests if r.status == FINISHED)
+            <= s.counters.num_preemptions_total <= out.preemptions_seen)
     counted = [r for r in out.requests if r.first_token]
     # Only requests that produced a first output count, each once, by their full prompt.
     assert s.counters.prompt_tokens_total == sum(r.prompt_len for r in counted)
@@ -382,12 +398,68 @@ def test_preemption_takes_the_last_running_request_and_puts_it_at_the_front() ->
     assert [r.rid for r in s.waiting] == [1, 2]  # in FRONT of the request that never ran
     assert b.status == WAITING and b.num_computed == 0 and b.blocks == 0
     assert b.prefill_len == b.prompt_len + b.out  # recompute the outputs too
-    assert s.counters.num_preemptions_total == 1
     while (batch := s.schedule()) is not None:
         s.update_from_output(batch)
     assert all(r.status == FINISHED and r.out == 50 for r in (a, b, c))
     assert b.preemptions >= 1
+    assert s.counters.num_preemptions_total == a.preemptions + b.preemptions + c.preemptions
     assert b.recomputed_tokens > 0
+
+
+def self_preempting_setup() -> tuple[Scheduler, Request, Request, Batch]:
+    """a's last token is in flight (async lag), b needs a new block with the pool full: b, the last
+    running request, preempts itself and nothing else can be scheduled in that step."""
+    s = make_scheduler(blocks=10, budget=512, seqs=4)
+    a = new_request(s, 0, 64, 1)
+    b = new_request(s, 1, 96, 5)
+    s.add(a)
+    s.add(b)
+    first = s.schedule()
+    assert first is not None and first.admitted == [(0, 0), (1, 0)]
+    assert s.pool.free == 0
+    return s, a, b, first
+
+
+def test_a_request_can_preempt_itself() -> None:
+    s, _a, b, first = self_preempting_setup()
+    s.schedule()
+    assert b.status == WAITING
+    assert b.preemptions == 1
+    assert [r.rid for r in s.waiting] == [1]
+    s.update_from_output(first)  # a finishes; b's first token (older epoch) is dropped
+    assert b.out == 0 and not b.first_token
+    batch = s.schedule()
+    assert batch is not None and [rid for rid, _ in batch.admitted] == [1]
+    s.update_from_output(batch)
+    run_all(s)
+    assert b.status == FINISHED and b.out == 5
+    assert s.counters.prompt_tokens_total == 160
+    assert s.counters.num_preemptions_total == 1  # counted once b produced an output again
+
+
+def test_a_step_that_only_preempts_still_reports_the_preemption() -> None:
+    s, _a, _b, _first = self_preempting_setup()
+    batch = s.schedule()
+    assert batch is not None
+    assert batch.preempted == [1]
+    assert batch.tokens == 0 and batch.seqs == 0 and batch.admitted == []
+
+
+def test_a_preempted_request_aborted_before_its_next_output_is_not_counted() -> None:
+    s = make_scheduler(blocks=10, budget=512, seqs=4)
+    a = new_request(s, 0, 64, 50)
+    b = new_request(s, 1, 64, 50)
+    s.add(a)
+    s.add(b)
+    while b.preemptions == 0:
+        batch = s.schedule()
+        assert batch is not None
+        s.update_from_output(batch)
+    assert b.status == WAITING
+    s.finish_aborted(b)
+    run_all(s)
+    assert a.status == FINISHED
+    assert s.counters.num_preemptions_total == 0
 
 
 def test_outputs_of_a_batch_built_before_a_preemption_are_dropped() -> None:

@@ -156,10 +156,21 @@ class EngineCore:
         scheduler = self.scheduler
         profile = self.profile
         inflight = self._inflight
+        empty_steps = 0
         while len(inflight) < self._depth:
             batch = scheduler.schedule()
             if batch is None:
                 return
+            if not batch.seqs:
+                # The step only preempted: nothing runs on the GPU, and the next schedule() may
+                # admit again (a step that preempted admits nothing).
+                if self.trace is not None:
+                    for rid in batch.preempted:
+                        self._log(now, "preempted", rid)
+                empty_steps += 1
+                if empty_steps > 2:
+                    raise RuntimeError("the scheduler preempted without making progress")
+                continue
             start = inflight[-1].end_s if inflight else now
             duration = profile.step_time_s(seqs=batch.seqs, tokens=batch.tokens, sampled=batch.sampled,
                                            attention_pairs=batch.attention_pairs,

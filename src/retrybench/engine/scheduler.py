@@ -52,6 +52,7 @@ class Request:
         "prefix_k",
         "prompt_len",
         "recomputed_tokens",
+        "uncounted_preemptions",
         "rid",
         "status",
     )
@@ -79,6 +80,7 @@ class Request:
         self.recomputed_tokens = 0  # of which computed again after a preemption
         self.aborted_in_flight_tokens = 0
         self.preemptions = 0
+        self.uncounted_preemptions = 0  # vLLM reports a preemption with the request's next output
 
     @property
     def blocks(self) -> int:
@@ -110,7 +112,7 @@ class Counters:
     prompt_tokens_total: int = 0  # full prompt length, at the first output token, first admission only
     prefix_cache_queries_total: int = 0  # full prompt length, at first admission
     prefix_cache_hits_total: int = 0
-    num_preemptions_total: int = 0
+    num_preemptions_total: int = 0  # counted with the preempted request's next output
     generation_tokens_total: int = 0
 
 
@@ -271,10 +273,10 @@ class Scheduler:
             batch.context_tokens += decode_context
         if not preempted:
             budget = self._admit(batch, budget)
-        if not batch.entries and not decode:
+        if not batch.entries and not decode and not batch.preempted:
             self._step -= 1
             return None
-        return batch
+        return batch  # possibly with no tokens: a step that only preempted
 
     def _admit(self, batch: Batch, budget: int) -> int:
         config = self.config
@@ -346,7 +348,7 @@ class Scheduler:
         request.out_scheduled = request.out
         request.epoch += 1
         request.preemptions += 1
-        self.counters.num_preemptions_total += 1
+        request.uncounted_preemptions += 1
         self.waiting.appendleft(request)
         batch.preempted.append(request.rid)
 
@@ -367,10 +369,16 @@ class Scheduler:
         if request.status != RUNNING or epoch != request.epoch:
             return  # aborted, finished or preempted since: its output is dropped
         request.out += 1
-        self.counters.generation_tokens_total += 1
+        counters = self.counters
+        counters.generation_tokens_total += 1
+        if request.uncounted_preemptions:
+            # vLLM's PREEMPTED event travels with the request's next output, so the counter misses
+            # a preempted request that is aborted before it produces one.
+            counters.num_preemptions_total += request.uncounted_preemptions
+            request.uncounted_preemptions = 0
         if not request.first_token:
             request.first_token = True
-            self.counters.prompt_tokens_total += request.prompt_len
+            counters.prompt_tokens_total += request.prompt_len
             first.append(request)
         if request.out >= request.max_tokens:
             request.status = FINISHED

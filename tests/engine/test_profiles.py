@@ -1,0 +1,178 @@
+"""GPU x model profiles: architecture figures, KV capacity, and the step-time model's monotonicity."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retrybench.config import EngineConfig
+from retrybench.engine.profiles import GPUS, MODELS, EngineProfile, StepCosts, profile_for
+
+QWEN7, LLAMA8, QWEN14 = "qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "qwen3-14b"
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    (QWEN7, 2 * 28 * 4 * 128 * 2),  # 57,344 bytes: K and V, 28 layers, 4 KV heads of 128, bf16
+    (LLAMA8, 2 * 32 * 8 * 128 * 2),  # 131,072
+    (QWEN14, 2 * 40 * 8 * 128 * 2),  # 163,840
+])
+def test_kv_bytes_per_token_from_the_architecture(model: str, expected: int) -> None:
+    assert MODELS[model].kv_bytes_per_token == expected
+    assert {QWEN7: 57_344, LLAMA8: 131_072, QWEN14: 163_840}[model] == expected
+
+
+@pytest.mark.parametrize(("model", "published"), [(QWEN7, 7.62e9), (LLAMA8, 8.03e9), (QWEN14, 14.77e9)])
+def test_parameter_counts_match_the_published_sizes(model: str, published: float) -> None:
+    spec = MODELS[model]
+    assert spec.params == pytest.approx(published, rel=0.02)
+    assert spec.weight_bytes == 2 * spec.params  # bf16
+    assert spec.layer_params < spec.params
+
+
+def test_attention_flops_per_token_pair() -> None:
+    spec = MODELS[QWEN7]
+    assert spec.attention_flops_per_token_pair == 4 * 28 * 28 * 128
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_kv_blocks_positive_and_larger_on_h200(model: str) -> None:
+    h100 = profile_for(model, "h100")
+    h200 = profile_for(model, "h200")
+    assert h100.kv_blocks > 0
+    assert h200.kv_blocks > h100.kv_blocks
+    for prof in (h100, h200):
+        # Physically consistent: weights plus the KV cache fit in the memory vLLM may use,
+        # and the KV cache takes most of what the weights leave.
+        kv_bytes = prof.kv_blocks * prof.engine.block_size * prof.model.kv_bytes_per_token
+        budget = prof.gpu.memory_bytes * prof.engine.gpu_memory_utilization
+        assert prof.model.weight_bytes + kv_bytes <= budget
+        assert kv_bytes >= 0.8 * (budget - prof.model.weight_bytes) - 3 * 1024**3
+
+
+def test_qwen7b_on_h100_holds_about_a_million_tokens() -> None:
+    prof = profile_for(QWEN7, "h100")
+    tokens = prof.kv_blocks * prof.engine.block_size
+    assert 0.8e6 < tokens < 1.2e6
+
+
+def test_kv_blocks_follow_the_engine_arguments() -> None:
+    base = profile_for(QWEN7)
+    more_memory = profile_for(QWEN7, engine=EngineConfig(gpu_memory_utilization=0.95))
+    bigger_batches = profile_for(QWEN7, engine=EngineConfig(max_num_batched_tokens=32_768))
+    bigger_blocks = profile_for(QWEN7, engine=EngineConfig(block_size=32))
+    assert more_memory.kv_blocks > base.kv_blocks
+    assert bigger_batches.kv_blocks < base.kv_blocks  # a larger activation peak is reserved
+    assert bigger_blocks.kv_blocks == pytest.approx(base.kv_blocks / 2, abs=1)
+
+
+def test_model_that_does_not_fit_raises() -> None:
+    prof = profile_for(QWEN14, engine=EngineConfig(gpu_memory_utilization=0.1))
+    with pytest.raises(ValueError, match="does not fit"):
+        _ = prof.kv_blocks
+
+
+def test_unknown_model_or_gpu() -> None:
+    with pytest.raises(ValueError, match="unknown model"):
+        profile_for("gpt-5")
+    with pytest.raises(ValueError, match="unknown GPU"):
+        profile_for(QWEN7, "a100")
+
+
+def test_profile_keeps_its_keys() -> None:
+    prof = profile_for(LLAMA8, "h200")
+    assert (prof.gpu_key, prof.model_key) == ("h200", LLAMA8)
+    assert prof.gpu is GPUS["h200"]
+    assert prof.model is MODELS[LLAMA8]
+    assert prof.engine == EngineConfig()
+
+
+# -- step time --------------------------------------------------------------------------------------
+
+
+def step(prof: EngineProfile, *, seqs: int = 1, tokens: int = 1, sampled: int = 1,
+         attention_pairs: float = 1.0, context_tokens: int = 1) -> float:
+    return prof.step_time_s(seqs=seqs, tokens=tokens, sampled=sampled, attention_pairs=attention_pairs,
+                            context_tokens=context_tokens)
+
+
+def test_a_small_decode_step_reads_the_weights_once() -> None:
+    prof = profile_for(QWEN7)
+    floor = prof.model.weight_bytes / (prof.gpu.bandwidth_bytes_per_s * prof.costs.memory_eff)
+    t = step(prof)
+    assert t > floor
+    assert t == pytest.approx(floor + prof.costs.fixed_s + prof.costs.per_seq_s, rel=1e-3)
+    assert 3e-3 < t < 10e-3  # a few milliseconds per decode step, as vLLM shows for a 7B model
+
+
+def test_a_full_prefill_step_is_compute_bound_and_slower() -> None:
+    prof = profile_for(QWEN7)
+    n = 8192
+    prefill = step(prof, tokens=n, attention_pairs=n * (n + 1) / 2, context_tokens=n)
+    decode = step(prof)
+    assert prefill > 10 * decode
+    compute = 2.0 * prof.model.layer_params * n / (prof.gpu.bf16_flops_per_s * prof.costs.compute_eff)
+    assert prefill > compute
+
+
+def test_h200_steps_are_not_slower() -> None:
+    for kwargs in ({}, {"tokens": 8192, "attention_pairs": 8192 * 4096.0, "context_tokens": 8192}):
+        assert step(profile_for(QWEN7, "h200"), **kwargs) <= step(profile_for(QWEN7, "h100"), **kwargs)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    model=st.sampled_from(list(MODELS)),
+    gpu=st.sampled_from(list(GPUS)),
+    seqs=st.integers(1, 256),
+    tokens=st.integers(1, 16_384),
+    extra_tokens=st.integers(0, 8192),
+    sampled=st.integers(0, 256),
+    pairs=st.floats(0, 1e9),
+    extra_pairs=st.floats(0, 1e9),
+    context=st.integers(0, 2_000_000),
+    extra_context=st.integers(0, 2_000_000),
+)
+def test_step_time_is_positive_and_monotone(model: str, gpu: str, seqs: int, tokens: int, extra_tokens: int,
+                                            sampled: int, pairs: float, extra_pairs: float, context: int,
+                                            extra_context: int) -> None:
+    prof = profile_for(model, gpu)
+    base = step(prof, seqs=seqs, tokens=tokens, sampled=sampled, attention_pairs=pairs,
+                context_tokens=context)
+    assert base > 0
+    more_tokens = step(prof, seqs=seqs, tokens=tokens + extra_tokens, sampled=sampled,
+                       attention_pairs=pairs, context_tokens=context)
+    more_pairs = step(prof, seqs=seqs, tokens=tokens, sampled=sampled, attention_pairs=pairs + extra_pairs,
+                      context_tokens=context)
+    more_context = step(prof, seqs=seqs, tokens=tokens, sampled=sampled, attention_pairs=pairs,
+                        context_tokens=context + extra_context)
+    more_seqs = step(prof, seqs=seqs + 1, tokens=tokens, sampled=sampled, attention_pairs=pairs,
+                     context_tokens=context)
+    assert more_tokens >= base
+    assert more_pairs >= base
+    assert more_context >= base
+    assert more_seqs > base
+
+
+def test_step_time_strictly_grows_once_compute_bound() -> None:
+    prof = profile_for(QWEN7)
+    times = [step(prof, tokens=n, attention_pairs=n * (n + 1) / 2, context_tokens=n)
+             for n in (2048, 4096, 8192, 16384)]
+    assert times == sorted(times)
+    assert len(set(times)) == len(times)
+
+
+def test_step_time_strictly_grows_with_context_when_memory_bound() -> None:
+    prof = profile_for(QWEN7)
+    times = [step(prof, seqs=64, tokens=64, sampled=64, attention_pairs=64 * c, context_tokens=64 * c)
+             for c in (1000, 4000, 16_000)]
+    assert times[0] < times[1] < times[2]
+
+
+def test_custom_costs() -> None:
+    prof = profile_for(QWEN7)
+    free = dataclasses.replace(prof, costs=StepCosts(fixed_s=1.0, per_seq_s=0.5, compute_eff=1e9,
+                                                     attention_eff=1e9, memory_eff=1e9))
+    assert step(free, seqs=2) == pytest.approx(2.0, rel=1e-6)
