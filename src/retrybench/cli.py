@@ -20,10 +20,10 @@ from rich.progress import (
 from rich.table import Table
 
 from retrybench import __version__
+from retrybench.analysis import summarize
 from retrybench.blocks import BLOCKS, block_specs
 from retrybench.config import ConfigError, available_conditions
 from retrybench.engine.profiles import GPUS, MODELS
-from retrybench.analysis import summarize
 from retrybench.runner import RunSpec, calibration_for, run_many, run_one, simulate_spec
 from retrybench.tracefile import write_trace
 
@@ -47,11 +47,13 @@ def main() -> None:
 @click.option("--mixed-prompts", is_flag=True, help="Half the calls get 3,000-token prompts (Section 4.2).")
 @click.option("--no-cache", is_flag=True, help="Recompute even if a cached calibration exists.")
 def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool) -> None:
-    """Measure C-hat the paper's way: 300-s stages, each 1.5x the last, until the queue grows."""
+    """Measure C-hat the paper's way (300-s stages, each 1.5x the last, until the queue grows),
+    repeated on five independent traces and averaged."""
     result = calibration_for(model, gpu, mixed_prompts, use_cache=not no_cache)
-    click.echo(json.dumps({k: v for k, v in result.items() if k != "stages"} | {
-        "stages": [{k: s[k] for k in ("rate_calls_per_s", "growth_per_s", "median_ttft_s", "median_e2e_s")}
-                   for s in result["stages"]]}, indent=1))
+    brief = {k: v for k, v in result.items() if k != "runs"}
+    brief["runs"] = [{"seed": run["seed"], "chat": run["chat"], "saturated_stage_rate": run["saturated_stage_rate"],
+                      "saturated_stage_growth_per_s": run["saturated_stage_growth_per_s"]} for run in result["runs"]]
+    click.echo(json.dumps(brief, indent=1))
 
 
 @main.command()

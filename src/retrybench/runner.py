@@ -24,11 +24,10 @@ from typing import Any
 
 from retrybench import __version__
 from retrybench.analysis import summarize
-from retrybench.analysis.calibrate import Calibration
 from retrybench.config import EngineConfig, WorkloadSpec, load_condition
 from retrybench.engine.profiles import profile_for
 from retrybench.runlog import RunLog
-from retrybench.sim.calibrate import calibrate
+from retrybench.sim.calibrate import RepeatedCalibration, calibrate_repeated
 from retrybench.sim.run import simulate
 from retrybench.workload import generate_trace
 
@@ -96,15 +95,16 @@ def _cached_json(path: Path, compute: Callable[[], dict[str, Any]], use_cache: b
     return data
 
 
-def _calibration_summary(result: Calibration) -> dict[str, Any]:
-    stage = result.stage_near(1.52)
+def _calibration_summary(result: RepeatedCalibration) -> dict[str, Any]:
     return {
         "chat": result.chat_calls_per_s,
-        "saturated_stage_rate": result.saturated.rate_calls_per_s,
-        "saturated_stage_growth_per_s": result.saturated.growth_per_s,
-        "median_ttft_s_at_1_52": stage.median_ttft_s,
-        "median_e2e_s_at_1_52": stage.median_e2e_s,
-        "stages": [asdict(s) for s in result.stages],
+        "median_ttft_s_at_1_52": result.median_ttft_s,
+        "median_e2e_s_at_1_52": result.median_e2e_s,
+        "runs": [{"seed": seed, "chat": run.chat_calls_per_s,
+                  "saturated_stage_rate": run.saturated.rate_calls_per_s,
+                  "saturated_stage_growth_per_s": run.saturated.growth_per_s,
+                  "stages": [asdict(s) for s in run.stages]}
+                 for seed, run in enumerate(result.runs)],
     }
 
 
@@ -116,7 +116,7 @@ def calibration_for(model: str, gpu: str = "h100", mixed_prompts: bool = False,
 
     def compute() -> dict[str, Any]:
         spec = WorkloadSpec(chat_calls_per_s=1.0, mixed_prompts=mixed_prompts)
-        summary = _calibration_summary(calibrate(profile_for(model, gpu), spec=spec))
+        summary = _calibration_summary(calibrate_repeated(profile_for(model, gpu), spec=spec))
         summary.update(model=model, gpu=gpu, mixed_prompts=mixed_prompts)
         return summary
 

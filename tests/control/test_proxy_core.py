@@ -186,10 +186,12 @@ def test_unknown_engine_event_raises() -> None:
        ops=st.lists(st.tuples(st.sampled_from(["attempt", "leave", "first", "done", "refuse", "timer"]),
                               st.integers(0, 5)), max_size=40))
 def test_random_event_sequences(mode: str, ops: list[tuple[str, int]]) -> None:
+    """Random arrivals, departures and engine events; timers fire only as the proxy set them."""
     proxy = core(mode, defer_s=2.0)
     now = 0.0
     next_call = 0
     cancels: list[int] = []
+    timers: list[SetTimer] = []
     for op, x in ops:
         now += 1.0
         if op == "attempt":
@@ -197,28 +199,36 @@ def test_random_event_sequences(mode: str, ops: list[tuple[str, int]]) -> None:
             assert decision.execution_id == next_call
             next_call += 1
             continue
-        if not proxy.executions:
+        if op == "timer":
+            if not timers:
+                continue
+            timer = timers.pop(x % len(timers))
+            now = max(now, timer.at_s)
+            actions = proxy.on_timer(timer.execution_id, now)
+        elif not proxy.executions:
             continue
-        eid = x % len(proxy.executions)
-        if op == "leave":
-            actions = proxy.on_subscriber_left((eid, 0), now)
-        elif op == "timer":
-            actions = proxy.on_timer(eid, now)
+        elif op == "leave":
+            actions = proxy.on_subscriber_left((x % len(proxy.executions), 0), now)
         else:
             kind = {"first": "first_token", "done": "completed", "refuse": "refused"}[op]
-            actions = proxy.on_engine_event(eid, kind, now)
+            actions = proxy.on_engine_event(x % len(proxy.executions), kind, now)
         for action in actions:
             if isinstance(action, Cancel):
                 assert mode != "off"
                 cancels.append(action.execution_id)
+                assert proxy.executions[action.execution_id].abort_requested_s == now
             elif isinstance(action, SetTimer):
                 assert mode == "deferred"
                 assert action.at_s == now + 2.0
+                timers.append(action)
+            else:
+                assert isinstance(action, Notify)
     assert len(cancels) == len(set(cancels))  # each execution is cancelled at most once
     for execution in proxy.executions.values():
         if execution.state == "cancelled":
             assert execution.subscribers == set()
             assert execution.abort_requested_s is not None
+            assert execution.abort_requested_s >= (execution.last_left_s or 0.0)
         if execution.state in ("completed", "refused"):
             assert execution.subscribers == set()
     if mode == "off":

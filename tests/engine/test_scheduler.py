@@ -233,6 +233,10 @@ def test_random_workloads_finish_and_keep_invariants(
                        caching=caching)
     out = drive(s, specs, lag=lag)
     target(float(out.preemptions_seen), label="preemptions")
+    admitted = [rid for batch in out.batches for rid, _hit in batch.admitted]
+    if out.preemptions_seen == 0:
+        # FCFS: without preemptions every request is admitted once, in arrival order.
+        assert admitted == sorted(range(len(specs)), key=lambda i: (specs[i].arrive_step, i))
     # Liveness: with a pool that fits the largest request, every request finishes in full.
     for r in out.requests:
         assert r.status == FINISHED, (r.rid, r.status)

@@ -129,6 +129,8 @@ class ProxyCore:
 
     def on_timer(self, execution_id: int, now: float) -> list[Action]:
         execution = self.executions.get(execution_id)
+        if self.policy.cancellation != "deferred":
+            return []
         if execution is None or execution.state != "live" or execution.subscribers:
             return []
         if execution.last_left_s is None or now < execution.last_left_s + self.policy.defer_s:

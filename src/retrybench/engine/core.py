@@ -212,6 +212,14 @@ class EngineCore:
     def live_requests(self) -> int:
         return len(self._requests)
 
+    def snapshot(self) -> None:
+        """Copy the work of executions still in the engine into their stats (at a run's end)."""
+        for rid, request in self._requests.items():
+            stats = self.stats[rid]
+            stats.computed_prompt_tokens = request.computed_prompt_tokens
+            stats.recomputed_tokens = request.recomputed_tokens
+            stats.preemptions = request.preemptions
+
     # -- trace -------------------------------------------------------------------------------
 
     def _log(self, now: float, event: str, rid: int, **extra: Any) -> None:

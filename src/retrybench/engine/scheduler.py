@@ -52,9 +52,9 @@ class Request:
         "prefix_k",
         "prompt_len",
         "recomputed_tokens",
-        "uncounted_preemptions",
         "rid",
         "status",
+        "uncounted_preemptions",
     )
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, own: Owner, arrival_s: float) -> None:

@@ -105,8 +105,21 @@ class _Sim:
             self._wake_engine()
             if self.arrived == total and self.client.outstanding() == 0:
                 break
-        self._sample_until(now + 1e-9)
-        return now
+        end_s = now
+        self._sample_until(end_s + 1e-9)
+        self._settle_cancellations()
+        return end_s
+
+    def _settle_cancellations(self) -> None:
+        """The run is over for the client, but cancellations already decided still reach the
+        engine (a closed stream, a deferral timer); the engine is not stepped any further."""
+        loop = self.loop
+        while loop:
+            now, kind, payload = loop.pop()
+            if kind == _ABORT:
+                self.engine.abort(payload, now)
+            elif kind == _TIMER:
+                self._apply(self.proxy.on_timer(payload, now), now)
 
     def _wake_engine(self) -> None:
         due = self.engine.next_done_s()
@@ -219,6 +232,7 @@ class _Sim:
                           first_token_s=r.first_token_s, retry_after_s=r.retry_after_s)
             for r in self.attempts.values() if r.execution_id is not None or r.outcome is not None
         ]
+        self.engine.snapshot()
         executions = [self._execution_record(eid) for eid in sorted(self.execution_created)]
         counters = self.engine.scheduler.counters
         return RunLog(meta=meta, calls=calls, attempts=attempts, executions=executions,
@@ -233,12 +247,13 @@ class _Sim:
         call_index, attempt_no, created = self.execution_created[eid]
         stats = self.engine.stats.get(eid)
         state = self.proxy.executions[eid]
+        finished = stats is not None and stats.finished_s is not None
         if eid in self.refused:
             fate = runlog.FATE_REFUSED
-        elif stats is not None and stats.aborted_s is not None:
-            fate = runlog.FATE_CANCELLED
         elif eid in self.delivered_to_subscriber:
             fate = runlog.FATE_COMPLETED
+        elif state.state == "cancelled" and not finished:
+            fate = runlog.FATE_CANCELLED  # the proxy closed the stream before the last token
         elif state.subscribers:
             fate = runlog.FATE_UNFINISHED
         else:
