@@ -118,6 +118,8 @@ class ClientPolicy:
 
 
 CANCELLATION_MODES = ("off", "immediate", "deferred")
+ORDERS = ("budget-first", "lookup-first")
+QUEUE_ORDERS = ("fifo", "lifo")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,13 +127,29 @@ class ProxyPolicy:
     """What the proxy does with attempts and with executions whose subscribers left.
 
     cancellation: "off" keeps reading for nobody (the execution is orphaned), "immediate" closes the
-    upstream connection when the last subscriber leaves, "deferred" does so `defer_s` later.
-    cancel_delay_s is how long a close takes to reach the engine (the paper saw < 0.5 s).
+    upstream connection when the last subscriber leaves, "deferred" does so `defer_s` later unless a
+    subscriber attached meanwhile. cancel_delay_s is how long a close takes to reach the engine (the
+    paper saw < 0.5 s). retry_budget refuses retries beyond budget_ratio x first attempts over
+    budget_window_s (429 with Retry-After). coalescing attaches a retry to its call's live execution;
+    order says whether the budget or the lookup comes first. max_outstanding caps the executions the
+    proxy has in the engine; further ones wait in its queue, served newest first once more than
+    lifo_threshold wait when queue_order is "lifo". deadline_check refuses (503) an attempt the proxy
+    estimates will miss its deadline (attempt_deadline_s).
     """
 
     cancellation: str = "off"
     defer_s: float = 10.0
     cancel_delay_s: float = 0.05
+    retry_budget: bool = False
+    budget_ratio: float = 0.1
+    budget_window_s: float = 60.0
+    coalescing: bool = False
+    order: str = "budget-first"
+    max_outstanding: int | None = None
+    queue_order: str = "fifo"
+    lifo_threshold: int = 50
+    deadline_check: bool = False
+    attempt_deadline_s: float = 120.0  # the clients' deadline, which the deadline check holds attempts to
 
     def __post_init__(self) -> None:
         _check(
@@ -142,6 +160,20 @@ class ProxyPolicy:
         _check(
             0 <= self.cancel_delay_s < 0.5,
             f"cancel_delay_s must be in [0, 0.5) seconds, got {self.cancel_delay_s}",
+        )
+        _check(0 <= self.budget_ratio <= 10, f"budget_ratio must be in [0, 10], got {self.budget_ratio}")
+        _check(self.budget_window_s > 0, f"budget_window_s must be > 0, got {self.budget_window_s}")
+        _check(self.order in ORDERS, f"order must be one of {', '.join(ORDERS)}; got {self.order!r}")
+        _check(
+            self.max_outstanding is None or (isinstance(self.max_outstanding, int) and self.max_outstanding >= 1),
+            f"max_outstanding must be a positive integer or absent, got {self.max_outstanding!r}",
+        )
+        _check(self.queue_order in QUEUE_ORDERS,
+               f"queue_order must be one of {', '.join(QUEUE_ORDERS)}; got {self.queue_order!r}")
+        _check(self.lifo_threshold >= 0, f"lifo_threshold must be >= 0, got {self.lifo_threshold}")
+        _check(
+            self.max_outstanding is not None or (self.queue_order == "fifo" and not self.deadline_check),
+            "queue_order \"lifo\" and deadline_check need a proxy queue: set max_outstanding",
         )
 
 

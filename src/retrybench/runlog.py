@@ -27,6 +27,7 @@ FATE_ORPHANED = "orphaned"  # ran on (and maybe finished) with no subscriber lef
 FATE_CANCELLED = "cancelled"  # aborted by the engine after the proxy closed its stream
 FATE_REFUSED = "refused"  # refused by the engine's queue cap (503), never queued
 FATE_DROPPED = "dropped"  # dropped from the proxy's queue, never reached the engine
+FATE_QUEUED = "queued"  # still in the proxy's queue when the run ended
 FATE_UNFINISHED = "unfinished"  # still live with a subscriber when the run ended
 
 
@@ -52,6 +53,8 @@ class AttemptRecord:
     execution_id: int | None  # the execution that served it (created or attached)
     first_token_s: float | None = None
     retry_after_s: float | None = None
+    attached: bool = False  # joined its call's live execution instead of creating one
+    refused_live: bool = False  # refused by the budget while its call still had a live execution
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

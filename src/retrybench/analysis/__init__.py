@@ -18,7 +18,14 @@ from retrybench.analysis.delivery import (
     recovery,
 )
 from retrybench.analysis.rates import Rates, rate_window, rates
-from retrybench.runlog import FATE_CANCELLED, RunLog
+from retrybench.runlog import (
+    FATE_CANCELLED,
+    FATE_DROPPED,
+    FATE_REFUSED,
+    REFUSED_429,
+    REFUSED_503,
+    RunLog,
+)
 
 __all__ = [
     "CohortDelivery",
@@ -56,6 +63,24 @@ def _counts(log: RunLog) -> dict[str, object]:
         "calls": len(log.calls),
         "calls_delivered": sum(1 for c in log.calls if c.delivered_s is not None),
         "calls_failed": sum(1 for c in log.calls if c.failed_s is not None),
+        **_control_counts(log),
+    }
+
+
+def _control_counts(log: RunLog) -> dict[str, object]:
+    """What the overload controls did (Section 6): refused, attached, dropped, cancelled."""
+    retries = [a for a in log.attempts if a.attempt_no >= 1]
+    attached = sum(1 for a in retries if a.attached)
+    return {
+        "retries_refused": sum(1 for a in retries if a.outcome == REFUSED_429),
+        "retries_refused_live": sum(1 for a in retries if a.outcome == REFUSED_429 and a.refused_live),
+        "retries_attached": attached,
+        "retries_attached_pct": _clean(100.0 * attached / len(retries)) if retries else None,
+        "attempts_refused_deadline": sum(
+            1 for a in log.attempts if a.outcome == REFUSED_503 and a.execution_id is None),
+        "executions_dropped": sum(1 for e in log.executions if e.fate == FATE_DROPPED),
+        "engine_refused": sum(1 for e in log.executions if e.fate == FATE_REFUSED),
+        "gave_up_retry_after": sum(1 for c in log.calls if c.failed_reason == "retry_after_too_long"),
     }
 
 

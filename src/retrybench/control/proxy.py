@@ -12,12 +12,16 @@ running (orphaned), cancels it at once, or cancels it `defer_s` later unless som
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from retrybench.config import ProxyPolicy
+from retrybench.control.budget import RetryBudget
+from retrybench.control.estimate import WaitEstimator
 
 __all__ = [
-    "Action", "AttemptIn", "Cancel", "Create", "Dispatch", "Execution", "Notify", "ProxyCore", "SetTimer",
+    "Action", "Attach", "AttemptIn", "Cancel", "Create", "Decision", "Dispatch", "Drop", "Execution", "Notify",
+    "ProxyCore", "ProxyCounts", "Refuse", "SetTimer",
 ]
 
 Subscriber = tuple[int, int]  # (call index, attempt number)
@@ -48,6 +52,35 @@ class Create:
 
 
 @dataclass(frozen=True, slots=True)
+class Attach:
+    """The retry joins its call's live execution as a new subscriber; it receives the output from
+    the start (`first_token` True: the first token is replayed at once), then live."""
+
+    execution_id: int
+    first_token: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Answer the attempt at once: 429 (retry budget, with Retry-After) or 503 (deadline check).
+    `live` says whether the call still had a live execution (budget-first refusals)."""
+
+    status: int
+    retry_after_s: float | None = None
+    live: bool = False
+
+
+Decision = Create | Attach | Refuse
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """A queued execution whose subscribers all left: it never reaches the engine."""
+
+    execution_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Dispatch:
     execution_id: int
 
@@ -75,7 +108,7 @@ class SetTimer:
     execution_id: int
 
 
-Action = Dispatch | Cancel | Notify | SetTimer
+Action = Dispatch | Cancel | Notify | SetTimer | Drop
 
 
 @dataclass(slots=True)
@@ -84,31 +117,110 @@ class Execution:
     key: str
     creator: Subscriber
     created_s: float
+    prompt_tokens: int
     subscribers: set[Subscriber] = field(default_factory=set)
-    state: str = "live"  # live | queued | completed | cancelled | refused | dropped
+    state: str = "live"  # live (in the engine) | queued (in the proxy) | completed | cancelled | refused | dropped
     first_token: bool = False
     abort_requested_s: float | None = None
     last_left_s: float | None = None
+    attached: int = 0
+
+
+@dataclass(slots=True)
+class ProxyCounts:
+    retries_refused: int = 0  # by the budget (429)
+    retries_refused_live: int = 0  # of which the call still had a live execution
+    retries_attached: int = 0
+    deadline_refused: int = 0  # by the deadline check (503)
+    executions_dropped: int = 0
+    executions_cancelled: int = 0
 
 
 class ProxyCore:
-    """Pass-through with a cancellation policy; overload controls plug in around `on_attempt`."""
+    """Every control of the paper's Table 1 on one attempt path (Figure 2b): key, budget and lookup
+    in the configured order, the deadline check, the proxy queue, then the cancellation policy."""
 
     def __init__(self, policy: ProxyPolicy) -> None:
         self.policy = policy
         self.executions: dict[int, Execution] = {}
+        self.counts = ProxyCounts()
+        self.budget = RetryBudget(policy.budget_ratio, policy.budget_window_s) if policy.retry_budget else None
+        self.estimator = WaitEstimator()
         self._by_subscriber: dict[Subscriber, int] = {}
+        self._live_by_key: dict[str, int] = {}
+        self._queue: deque[int] = deque()
+        self._outstanding = 0  # executions dispatched to the engine and not yet ended there
         self._next_id = 0
-        self.waiting = 0  # executions held in the proxy's own queue (none without a cap)
 
-    def on_attempt(self, attempt: AttemptIn, now: float) -> Create:
+    @property
+    def waiting(self) -> int:
+        """Executions held in the proxy's own queue."""
+        return len(self._queue)
+
+    @property
+    def outstanding(self) -> int:
+        return self._outstanding
+
+    # -- attempts -------------------------------------------------------------------------------
+
+    def on_attempt(self, attempt: AttemptIn, now: float, engine_waiting: int = 0) -> Decision:
+        """Decide an attempt. engine_waiting is the engine's waiting gauge as the proxy last saw it."""
+        policy = self.policy
+        is_retry = attempt.attempt_no > 0
+        budget = self.budget
+        if budget is not None and not is_retry:
+            budget.first_attempt(now)
+        live = self._lookup(attempt.key) if policy.coalescing else None
+        if budget is not None and is_retry and policy.order == "budget-first" and not budget.try_retry(now):
+            return self._refuse_retry(attempt, now, engine_waiting, live is not None)
+        if live is not None:
+            return self._attach(live, attempt)
+        if budget is not None and is_retry and policy.order == "lookup-first" and not budget.try_retry(now):
+            return self._refuse_retry(attempt, now, engine_waiting, False)
+        if policy.deadline_check:
+            wait = self.estimator.wait_s(now, len(self._queue) + engine_waiting, attempt.prompt_tokens)
+            if wait > policy.attempt_deadline_s:
+                self.counts.deadline_refused += 1
+                return Refuse(503)
+        return self._create(attempt, now)
+
+    def _lookup(self, key: str) -> Execution | None:
+        execution_id = self._live_by_key.get(key)
+        if execution_id is None:
+            return None
+        execution = self.executions[execution_id]
+        return execution if execution.state in ("live", "queued") else None
+
+    def _refuse_retry(self, attempt: AttemptIn, now: float, engine_waiting: int, live: bool) -> Refuse:
+        self.counts.retries_refused += 1
+        self.counts.retries_refused_live += live
+        retry_after = self.estimator.wait_s(now, len(self._queue) + engine_waiting, attempt.prompt_tokens)
+        return Refuse(429, retry_after_s=retry_after, live=live)
+
+    def _attach(self, execution: Execution, attempt: AttemptIn) -> Attach:
+        execution.subscribers.add(attempt.subscriber)
+        execution.attached += 1
+        self._by_subscriber[attempt.subscriber] = execution.execution_id
+        self.counts.retries_attached += 1
+        return Attach(execution.execution_id, execution.first_token)
+
+    def _create(self, attempt: AttemptIn, now: float) -> Create:
         execution_id = self._next_id
         self._next_id += 1
-        execution = Execution(execution_id, attempt.key, attempt.subscriber, now)
+        execution = Execution(execution_id, attempt.key, attempt.subscriber, now, attempt.prompt_tokens)
         execution.subscribers.add(attempt.subscriber)
         self.executions[execution_id] = execution
         self._by_subscriber[attempt.subscriber] = execution_id
-        return Create(execution_id, dispatch=True)
+        self._live_by_key[attempt.key] = execution_id
+        cap = self.policy.max_outstanding
+        if cap is None or self._outstanding < cap:
+            self._outstanding += 1
+            return Create(execution_id, dispatch=True)
+        execution.state = "queued"
+        self._queue.append(execution_id)
+        return Create(execution_id, dispatch=False)
+
+    # -- subscribers leave, timers fire ---------------------------------------------------------
 
     def on_subscriber_left(self, subscriber: Subscriber, now: float) -> list[Action]:
         """The client closed its connection (its deadline passed)."""
@@ -117,17 +229,26 @@ class ProxyCore:
             return []
         execution = self.executions[execution_id]
         execution.subscribers.discard(subscriber)
-        if execution.subscribers or execution.state != "live":
+        if execution.subscribers:
+            return []
+        if execution.state == "queued":
+            # Nobody waits for it: it leaves the proxy's queue without reaching the engine.
+            self._queue.remove(execution_id)
+            self._end(execution, "dropped")
+            self.counts.executions_dropped += 1
+            return [Drop(execution_id)]
+        if execution.state != "live":
             return []
         execution.last_left_s = now
         mode = self.policy.cancellation
         if mode == "immediate":
-            return [self._cancel(execution, now)]
+            return self._cancel(execution, now)
         if mode == "deferred":
             return [SetTimer(now + self.policy.defer_s, execution_id)]
         return []  # off: keep reading for nobody; the execution is orphaned
 
     def on_timer(self, execution_id: int, now: float) -> list[Action]:
+        """A deferred cancellation is due: cancel unless someone attached since the last left."""
         execution = self.executions.get(execution_id)
         if self.policy.cancellation != "deferred":
             return []
@@ -135,7 +256,9 @@ class ProxyCore:
             return []
         if execution.last_left_s is None or now < execution.last_left_s + self.policy.defer_s:
             return []  # someone attached and left again since; a later timer covers that
-        return [self._cancel(execution, now)]
+        return self._cancel(execution, now)
+
+    # -- the engine reports ----------------------------------------------------------------------
 
     def on_engine_event(self, execution_id: int, kind: str, now: float) -> list[Action]:
         """The upstream stream produced its first token, completed, or was refused (503)."""
@@ -144,25 +267,43 @@ class ProxyCore:
             return []
         if kind == "first_token":
             execution.first_token = True
-        elif kind == "completed":
-            execution.state = "completed"
-        elif kind == "refused":
-            execution.state = "refused"
-        else:
+            self.estimator.observe_first_token(now, execution.prompt_tokens)
+            return [Notify(subscriber, "first_token") for subscriber in sorted(execution.subscribers)]
+        if kind not in ("completed", "refused"):
             raise ValueError(f"unknown engine event {kind!r}")
+        status = 503 if kind == "refused" else 200
+        actions: list[Action] = [Notify(subscriber, kind, status=status) for subscriber in sorted(execution.subscribers)]
+        for subscriber in execution.subscribers:
+            self._by_subscriber.pop(subscriber, None)
+        execution.subscribers.clear()
+        self._end(execution, kind)
+        self._outstanding -= 1
+        return actions + self._dispatch_next()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _cancel(self, execution: Execution, now: float) -> list[Action]:
+        execution.abort_requested_s = now
+        self._end(execution, "cancelled")
+        self.counts.executions_cancelled += 1
+        self._outstanding -= 1
+        return [Cancel(execution.execution_id), *self._dispatch_next()]
+
+    def _end(self, execution: Execution, state: str) -> None:
+        execution.state = state
+        if self._live_by_key.get(execution.key) == execution.execution_id:
+            del self._live_by_key[execution.key]
+
+    def _dispatch_next(self) -> list[Action]:
+        """Fill free engine slots from the queue: FIFO, or newest first while over the threshold."""
+        cap = self.policy.max_outstanding
         actions: list[Action] = []
-        for subscriber in sorted(execution.subscribers):
-            if kind == "refused":
-                actions.append(Notify(subscriber, "refused", status=503))
-            else:
-                actions.append(Notify(subscriber, kind))
-            if kind != "first_token":
-                self._by_subscriber.pop(subscriber, None)
-        if kind != "first_token":
-            execution.subscribers.clear()
+        lifo = self.policy.queue_order == "lifo"
+        while self._queue and (cap is None or self._outstanding < cap):
+            newest_first = lifo and len(self._queue) > self.policy.lifo_threshold
+            execution_id = self._queue.pop() if newest_first else self._queue.popleft()
+            self.executions[execution_id].state = "live"
+            self._outstanding += 1
+            actions.append(Dispatch(execution_id))
         return actions
 
-    def _cancel(self, execution: Execution, now: float) -> Cancel:
-        execution.state = "cancelled"
-        execution.abort_requested_s = now
-        return Cancel(execution.execution_id)

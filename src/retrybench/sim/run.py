@@ -16,7 +16,19 @@ import numpy as np
 from retrybench import runlog
 from retrybench.client import CallDelivered, CallFailed, ClientAction, RetryingClient, SendAttempt
 from retrybench.config import ClientPolicy, ProxyPolicy
-from retrybench.control.proxy import Action, AttemptIn, Cancel, Dispatch, Notify, ProxyCore, SetTimer
+from retrybench.control.proxy import (
+    Action,
+    Attach,
+    AttemptIn,
+    Cancel,
+    Create,
+    Dispatch,
+    Drop,
+    Notify,
+    ProxyCore,
+    Refuse,
+    SetTimer,
+)
 from retrybench.engine.core import EngineCore
 from retrybench.engine.profiles import EngineProfile
 from retrybench.runlog import AttemptRecord, CallRecord, ExecutionRecord, QueueSamples, RunLog
@@ -41,6 +53,8 @@ class _Attempt:
     ended_s: float | None = None
     outcome: str | None = None
     retry_after_s: float | None = None
+    attached: bool = False
+    refused_live: bool = False
 
 
 @dataclass(slots=True)
@@ -157,10 +171,21 @@ class _Sim:
         call = self.calls[record.call_index].call
         attempt = AttemptIn(call.index, record.attempt_no, call.call_id, call.prompt_tokens,
                             call.response_tokens)
-        decision = self.proxy.on_attempt(attempt, now)
+        decision = self.proxy.on_attempt(attempt, now, engine_waiting=self.engine.num_waiting)
+        if isinstance(decision, Refuse):
+            record.refused_live = decision.live
+            outcome = runlog.REFUSED_429 if decision.status == 429 else runlog.REFUSED_503
+            self._end_attempt(record, outcome, now, decision.retry_after_s)
+            return
         record.execution_id = decision.execution_id
-        self.execution_created[decision.execution_id] = (call.index, record.attempt_no, now)
         self.loop.push(record.deadline_s, _DEADLINE, record)
+        if isinstance(decision, Attach):
+            record.attached = True
+            if decision.first_token:
+                record.first_token_s = now  # replayed from the start
+            return
+        assert isinstance(decision, Create)
+        self.execution_created[decision.execution_id] = (call.index, record.attempt_no, now)
         if decision.dispatch:
             self._dispatch(decision.execution_id, now)
 
@@ -190,6 +215,8 @@ class _Sim:
                 self._dispatch(action.execution_id, now)
             elif isinstance(action, SetTimer):
                 self.loop.push(action.at_s, _TIMER, action.execution_id)
+            elif isinstance(action, Drop):
+                pass  # it never reached the engine; the log reads its fate from the proxy
 
     def _notify(self, action: Notify, now: float) -> None:
         record = self.attempts[action.subscriber]
@@ -229,7 +256,8 @@ class _Sim:
             AttemptRecord(call_index=r.call_index, attempt_no=r.attempt_no, sent_s=r.sent_s,
                           ended_s=r.ended_s if r.ended_s is not None else end_s,
                           outcome=r.outcome or runlog.ERROR, execution_id=r.execution_id,
-                          first_token_s=r.first_token_s, retry_after_s=r.retry_after_s)
+                          first_token_s=r.first_token_s, retry_after_s=r.retry_after_s,
+                          attached=r.attached, refused_live=r.refused_live)
             for r in self.attempts.values() if r.execution_id is not None or r.outcome is not None
         ]
         self.engine.snapshot()
@@ -250,6 +278,10 @@ class _Sim:
         finished = stats is not None and stats.finished_s is not None
         if eid in self.refused:
             fate = runlog.FATE_REFUSED
+        elif state.state == "dropped":
+            fate = runlog.FATE_DROPPED
+        elif state.state == "queued":
+            fate = runlog.FATE_QUEUED
         elif eid in self.delivered_to_subscriber:
             fate = runlog.FATE_COMPLETED
         elif state.state == "cancelled" and not finished:
