@@ -22,3 +22,4 @@ def record(record_property: Any) -> Any:
             record_property(f"paper:{name}", paper)
 
     return _record
+

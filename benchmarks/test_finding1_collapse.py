@@ -12,29 +12,20 @@ from typing import Any
 
 import pytest
 
-from retrybench.blocks import BLOCKS, paper_runs
+from findings import PRIMARY, block_runs, result
+from retrybench.blocks import BLOCKS
 from retrybench.paper import NEAR, near, paper_values
-from retrybench.runner import RunSpec, run_one
 
 pytestmark = pytest.mark.finding1
 
 PAPER = paper_values()
 MODELS = BLOCKS["diagnostic"].models
-PRIMARY = "qwen2.5-7b-instruct"
 TABLE2 = PAPER["diagnostic"]["hold_delivered_pct"]
 SWEEP = PAPER["trigger_sweep"]
 
 
-def result(model: str, condition: str, seed: int, **overrides: Any) -> dict[str, Any]:
-    """One run's summary on the simulated engine, computed once and then read from the cache."""
-    return run_one(RunSpec(model=model, condition=condition, seed=seed, **overrides))
-
-
 def _runs(block: str, models: tuple[str, ...] = MODELS) -> list[Any]:
-    """(model, seed) params, grouped so one xdist worker computes all conditions of one trace."""
-    return [pytest.param(model, seed, id=f"{model}-run{seed}",
-                         marks=pytest.mark.xdist_group(f"{block}-{model}-{seed}"))
-            for model in models for seed in range(1, paper_runs(block, model) + 1)]
+    return block_runs(block, models)
 
 
 # -- diagnostic block (Section 4.1, Table 2) ------------------------------------------------------

@@ -3,7 +3,8 @@
 Each run of a block replays one trace (its seed) under every condition of the block, so the
 conditions of a run differ only in the settings Table 1 lists. Run counts default to the paper's
 (Section 3.3): the diagnostic block has three runs on Qwen2.5-7B-Instruct and two on the others,
-the trigger sweep one, the mixed-prompt block two.
+the composition block four and two, the trigger sweep one, every other block two. Blocks share
+traces (run r replays seed r), so a condition that two blocks hold is run once.
 """
 
 from __future__ import annotations
@@ -31,12 +32,25 @@ class Block:
     section: str = ""
 
 
+COMPOSITION = ("no-control", "retry-budget", "coalescing", "budget-first", "lookup-first")
+QUEUE_POLICY = ("no-control", "proxy-cap", "deadline-check", "lifo")
+ENGINE_CAP = ("no-control", "engine-cap-338", "engine-cap-338-cancel-on", "engine-cap-100")
+DEFERRAL = ("no-control", "coalescing", "coalescing-cancel-on", "deferred-cancellation")
+BUDGET_WITH_CANCELLATION = ("no-control", "retries-on-cancel-on", "retry-budget", "retry-budget-cancel-on",
+                            "deferred-cancellation")
+
 BLOCKS: dict[str, Block] = {
     "diagnostic": Block(name="diagnostic", conditions=DIAGNOSTIC, models=tuple(MODELS), section="4.1"),
     "trigger-sweep": Block(name="trigger-sweep", conditions=TRIGGER_SWEEP, models=tuple(MODELS),
                            pulses_x=PULSES_X, section="4.2"),
     "mixed-prompts": Block(name="mixed-prompts", conditions=DIAGNOSTIC, models=(PRIMARY_MODEL,),
                            mixed_prompts=True, section="4.2"),
+    "composition": Block(name="composition", conditions=COMPOSITION, models=tuple(MODELS), section="6.1"),
+    "queue-policy": Block(name="queue-policy", conditions=QUEUE_POLICY, models=(PRIMARY_MODEL,), section="6.2"),
+    "engine-cap": Block(name="engine-cap", conditions=ENGINE_CAP, models=(PRIMARY_MODEL,), section="6.2"),
+    "deferral": Block(name="deferral", conditions=DEFERRAL, models=(PRIMARY_MODEL,), section="6.3"),
+    "budget-with-cancellation": Block(name="budget-with-cancellation", conditions=BUDGET_WITH_CANCELLATION,
+                                      models=(PRIMARY_MODEL,), section="6.1"),
 }
 
 
@@ -46,6 +60,8 @@ def paper_runs(block: str, model: str) -> int:
         return 1
     if block == "diagnostic" and model == PRIMARY_MODEL:
         return 3
+    if block == "composition" and model == PRIMARY_MODEL:
+        return 4
     return 2
 
 

@@ -272,7 +272,8 @@ class ProxyCore:
         if kind not in ("completed", "refused"):
             raise ValueError(f"unknown engine event {kind!r}")
         status = 503 if kind == "refused" else 200
-        actions: list[Action] = [Notify(subscriber, kind, status=status) for subscriber in sorted(execution.subscribers)]
+        actions: list[Action] = [Notify(subscriber, kind, status=status)
+                                 for subscriber in sorted(execution.subscribers)]
         for subscriber in execution.subscribers:
             self._by_subscriber.pop(subscriber, None)
         execution.subscribers.clear()
