@@ -139,7 +139,7 @@ def block(name: str, model: str, runs: int | None, gpu: str, jobs: int | None, a
 @click.option("--jobs", type=click.IntRange(min=1), default=None)
 @click.option("--json", "as_json", is_flag=True)
 def reproduce(models: str, gpu: str, jobs: int | None, as_json: bool) -> None:
-    """The collapse blocks (Section 4: diagnostic, trigger sweep, mixed prompts) with the paper's run counts."""
+    """Every block of Table 1 but tracing, with the paper's run counts, on the simulated engine."""
     chosen = [m.strip() for m in models.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in MODELS]
     if unknown:
