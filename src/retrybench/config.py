@@ -132,8 +132,9 @@ class ProxyPolicy:
     paper saw < 0.5 s). retry_budget refuses retries beyond budget_ratio x first attempts over
     budget_window_s (429 with Retry-After). coalescing attaches a retry to its call's live execution;
     order says whether the budget or the lookup comes first. max_outstanding caps the executions the
-    proxy has in the engine; further ones wait in its queue, served newest first once more than
-    lifo_threshold wait when queue_order is "lifo". deadline_check refuses (503) an attempt the proxy
+    proxy has open upstream (a cancelled one stops counting when its stream closes, as a real proxy
+    sees it, a moment before the engine applies the abort); further ones wait in its queue, served
+    newest first once more than lifo_threshold wait when queue_order is "lifo". deadline_check refuses (503) an attempt the proxy
     estimates will miss its deadline (attempt_deadline_s).
     """
 
@@ -165,7 +166,9 @@ class ProxyPolicy:
         _check(self.budget_window_s > 0, f"budget_window_s must be > 0, got {self.budget_window_s}")
         _check(self.order in ORDERS, f"order must be one of {', '.join(ORDERS)}; got {self.order!r}")
         _check(
-            self.max_outstanding is None or (isinstance(self.max_outstanding, int) and self.max_outstanding >= 1),
+            self.max_outstanding is None
+            or (isinstance(self.max_outstanding, int) and not isinstance(self.max_outstanding, bool)
+                and self.max_outstanding >= 1),
             f"max_outstanding must be a positive integer or absent, got {self.max_outstanding!r}",
         )
         _check(self.queue_order in QUEUE_ORDERS,
@@ -221,7 +224,7 @@ class Condition:
         _check(
             self.engine_cap is None
             or self.engine_cap == "auto"
-            or (isinstance(self.engine_cap, int) and self.engine_cap >= 1),
+            or (isinstance(self.engine_cap, int) and not isinstance(self.engine_cap, bool) and self.engine_cap >= 1),
             f"engine_cap must be a positive integer, \"auto\" or absent; got {self.engine_cap!r}",
         )
 
@@ -229,10 +232,28 @@ class Condition:
 _SECTIONS: dict[str, type[Any]] = {"client": ClientPolicy, "proxy": ProxyPolicy}
 
 
+def _type_ok(value: Any, annotation: str) -> bool:
+    """TOML value against a field's annotation (bool is not a number here, though Python says so)."""
+    for name in (part.strip() for part in annotation.split("|")):
+        if name == "None" and value is None:
+            return True
+        if name == "bool" and isinstance(value, bool):
+            return True
+        if isinstance(value, bool):
+            continue
+        if (name == "int" and isinstance(value, int)) or (name == "float" and isinstance(value, int | float)):
+            return True
+        if name == "str" and isinstance(value, str):
+            return True
+    return False
+
+
 def _build(cls: type[Any], table: dict[str, Any], where: str) -> Any:
     allowed = {f.name: f for f in fields(cls)}
-    for key in table:
+    for key, value in table.items():
         _check(key in allowed, f"{where}: unknown field {key!r}; allowed: {', '.join(sorted(allowed))}")
+        annotation = str(allowed[key].type)
+        _check(_type_ok(value, annotation), f"{where}: field {key!r} must be {annotation}, got {value!r}")
     try:
         return cls(**table)
     except TypeError as error:

@@ -514,7 +514,7 @@ def policies(draw: st.DrawFn) -> ProxyPolicy:
         cancellation=draw(st.sampled_from(["off", "immediate", "deferred"])),
         defer_s=draw(st.sampled_from([0.0, 1.0, 3.0])),
         retry_budget=draw(st.booleans()),
-        budget_ratio=draw(st.sampled_from([0.0, 0.5, 1.0])),
+        budget_ratio=draw(st.sampled_from([0.0, 0.5, 1.0, 10.0])),
         budget_window_s=draw(st.sampled_from([5.0, 60.0])),
         coalescing=draw(st.booleans()),
         order=draw(st.sampled_from(["budget-first", "lookup-first"])),
@@ -522,14 +522,15 @@ def policies(draw: st.DrawFn) -> ProxyPolicy:
         queue_order=draw(st.sampled_from(["fifo", "lifo"])) if queued else "fifo",
         lifo_threshold=draw(st.integers(0, 3)),
         deadline_check=draw(st.booleans()) if queued else False,
-        attempt_deadline_s=draw(st.sampled_from([2.0, 4.0, 120.0])),
+        attempt_deadline_s=draw(st.sampled_from([3.0, 120.0])),
     )
 
 
 OPS = st.lists(
-    st.tuples(st.sampled_from(["attempt", "attempt", "leave", "first", "done", "refuse", "timer", "stale"]),
+    st.tuples(st.sampled_from(["attempt"] * 4 + ["leave"] * 3 + ["timer"] * 2 + ["done"] * 2
+                              + ["first", "refuse", "stale"]),
               st.integers(0, 30), st.integers(0, 8), st.booleans()),
-    min_size=10, max_size=80)
+    min_size=20, max_size=80)
 
 
 def check_invariants(p: ProxyCore, dispatched: set[int]) -> None:
@@ -580,7 +581,7 @@ def test_random_sequences_keep_the_proxys_invariants(policy: ProxyPolicy,
             no = next_no[call]
             next_no[call] += 1
             key = f"call-{call}" + ("/other-body" if flag and no > 0 else "")
-            decision = p.on_attempt(attempt(call, no, key=key, prompt=1000 + 1000 * y), now, engine_waiting=y)
+            decision = p.on_attempt(attempt(call, no, key=key, prompt=1000 + 1000 * y), now, engine_waiting=y // 3)
             if isinstance(decision, Create):
                 assert decision.execution_id not in states_before
                 assert p.executions[decision.execution_id].state == ("live" if decision.dispatch else "queued")
@@ -711,7 +712,7 @@ def proxy_toml(body: str) -> str:
     ('order = "random"', ["order", "budget-first", "lookup-first", "random"]),
     ("max_outstanding = 0", ["max_outstanding", "positive integer"]),
     ("max_outstanding = -3", ["max_outstanding", "positive integer"]),
-    ("max_outstanding = 1.5", ["max_outstanding", "positive integer"]),
+    ("max_outstanding = 1.5", ["max_outstanding", "int", "1.5"]),
     ('queue_order = "lifo"', ["queue_order", "lifo", "max_outstanding"]),
     ("deadline_check = true", ["deadline_check", "max_outstanding"]),
     ('queue_order = "stack"\nmax_outstanding = 5', ["queue_order", "fifo", "lifo", "stack"]),
@@ -756,27 +757,23 @@ def test_a_bad_policy_file_on_disk_names_its_path(tmp_path: Path) -> None:
 
 
 def test_an_unknown_condition_name_lists_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match="unknown condition 'no-such-policy'; known: .*lookup-first"):
+    with pytest.raises(ConfigError, match=r"unknown condition 'no-such-policy'; known: .*lookup-first"):
         load_condition("no-such-policy")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ProxyPolicy never checks the type of its bool fields, so "
-                   'coalescing = "false" (a string) is accepted and, being truthy, turns coalescing ON')
 def test_a_string_for_a_bool_field_is_refused() -> None:
+    """Once a bug: coalescing = "false" (a string) was accepted and, being truthy, turned coalescing on."""
     with pytest.raises(ConfigError, match="coalescing"):
         condition_from_toml(proxy_toml('coalescing = "false"'), "bad", where="bad.toml")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a wrongly typed number (defer_s = \"10\") makes the comparison in "
-                   "ProxyPolicy.__post_init__ raise TypeError, which _build wraps as ConfigError \"'>=' not "
-                   "supported between instances of 'str' and 'int'\" without naming the field")
 def test_a_string_for_a_number_field_names_the_field() -> None:
+    """Once a bug: the TypeError of the comparison became a ConfigError that did not name the field."""
     with pytest.raises(ConfigError, match="defer_s"):
         condition_from_toml(proxy_toml('defer_s = "10"'), "bad", where="bad.toml")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: max_outstanding's check uses isinstance(x, int), which bool passes, so "
-                   "max_outstanding = true is accepted as a cap of 1")
 def test_a_bool_for_max_outstanding_is_refused() -> None:
+    """Once a bug: bool passes isinstance(x, int), so max_outstanding = true was a cap of 1."""
     with pytest.raises(ConfigError, match="max_outstanding"):
         condition_from_toml(proxy_toml("max_outstanding = true"), "bad", where="bad.toml")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -77,7 +79,7 @@ def test_wait_grows_with_ahead_by_one_over_the_rate() -> None:
     waits = [estimator.wait_s(10.0, ahead, 1000) for ahead in range(6)]
     assert waits == sorted(waits)
     assert len(set(waits)) == len(waits)
-    for before, after in zip(waits, waits[1:], strict=False):
+    for before, after in itertools.pairwise(waits):
         assert after - before == pytest.approx(1 / rate)
 
 

@@ -18,7 +18,7 @@ class RetryBudget:
     def __init__(self, ratio: float = 0.1, window_s: float = 60.0) -> None:
         if not 0 <= ratio <= 10:
             raise ValueError(f"budget ratio must be in [0, 10], got {ratio}")
-        if window_s <= 0:
+        if not window_s > 0:  # also refuses NaN
             raise ValueError(f"budget window must be > 0 s, got {window_s}")
         self.ratio = ratio
         self.window_s = window_s

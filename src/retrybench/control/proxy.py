@@ -149,7 +149,7 @@ class ProxyCore:
         self._by_subscriber: dict[Subscriber, int] = {}
         self._live_by_key: dict[str, int] = {}
         self._queue: deque[int] = deque()
-        self._outstanding = 0  # executions dispatched to the engine and not yet ended there
+        self._outstanding = 0  # executions with an open upstream stream (dispatched, not ended or cancelled)
         self._next_id = 0
 
     @property
