@@ -134,8 +134,8 @@ class ProxyPolicy:
     order says whether the budget or the lookup comes first. max_outstanding caps the executions the
     proxy has open upstream (a cancelled one stops counting when its stream closes, as a real proxy
     sees it, a moment before the engine applies the abort); further ones wait in its queue, served
-    newest first once more than lifo_threshold wait when queue_order is "lifo". deadline_check refuses (503) an attempt the proxy
-    estimates will miss its deadline (attempt_deadline_s).
+    newest first once more than lifo_threshold wait when queue_order is "lifo". deadline_check
+    refuses (503) an attempt the proxy estimates will miss its deadline (attempt_deadline_s).
     """
 
     cancellation: str = "off"
