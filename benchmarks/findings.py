@@ -9,7 +9,7 @@ import pytest
 from retrybench.blocks import paper_runs
 from retrybench.runner import RunSpec, run_one
 
-__all__ = ["PRIMARY", "block_runs", "result"]
+__all__ = ["KNOWN_2K", "PRIMARY", "block_runs", "result", "tracing_runs"]
 
 PRIMARY = "qwen2.5-7b-instruct"
 
@@ -31,3 +31,34 @@ def block_runs(block: str, models: tuple[str, ...], known: dict[tuple[str, int],
                 marks.append(pytest.mark.xfail(strict=True, reason=known[(model, seed)]))
             params.append(pytest.param(model, seed, id=f"{model}-run{seed}", marks=marks))
     return params
+
+
+def tracing_runs(known_2k: dict[tuple[str, int], str] | None = None) -> list[Any]:
+    """(model, seed, steps) params of the tracing block at 8,192 and 2,048 batched tokens; `known_2k`
+    marks runs whose 2,048-token condition the simulator does not reproduce (strict xfails)."""
+    params = []
+    for param in block_runs("tracing", (PRIMARY,)):
+        model, seed = param.values
+        for steps in (8192, 2048):
+            marks = list(param.marks)
+            if steps == 2048 and known_2k and (model, seed) in known_2k:
+                marks.append(pytest.mark.xfail(strict=True, reason=known_2k[(model, seed)]))
+            params.append(pytest.param(model, seed, steps, id=f"{param.id}-{steps}", marks=marks))
+    return params
+
+
+# The 2,048-token tracing runs the simulator does not reproduce: they recover.
+SMALL_STEPS_RECOVER = (
+    "measured: at 2,048 batched tokens the simulated engine recovered within the hold (hold delivered 100%{detail}). "
+    "The model's small steps cost no more per token than large ones (fitted fixed step cost 10 us, one GEMM "
+    "efficiency for every step size), so decodes advance four times as often per prefill token, KV blocks free "
+    "sooner and capacity rises above the 8,192-token C-hat; the paper's vLLM did not recover at 2K"
+)
+KNOWN_2K = {
+    (PRIMARY, 2): SMALL_STEPS_RECOVER.format(detail="; aborted share 11.0%, step-time share 5.9-7.8%, median time "
+                                             "left at first step 52.7 s, first scheduled 69.0 s after the "
+                                             "predecessor's abort"),
+    (PRIMARY, 3): SMALL_STEPS_RECOVER.format(detail="; aborted share 11.9%, step-time share 6.5-8.4%, median time "
+                                             "left at first step 47.9 s, first scheduled 73.7 s after the "
+                                             "predecessor's abort"),
+}

@@ -3,7 +3,8 @@
 Each run of a block replays one trace (its seed) under every condition of the block, so the
 conditions of a run differ only in the settings Table 1 lists. Run counts default to the paper's
 (Section 3.3): the diagnostic block has three runs on Qwen2.5-7B-Instruct and two on the others,
-the composition block four and two, the trigger sweep one, every other block two. Blocks share
+the composition block four and two, the trigger sweep one, the tracing block three, every other
+block two. Blocks share
 traces (run r replays seed r), so a condition that two blocks hold is run once.
 """
 
@@ -30,6 +31,9 @@ class Block:
     pulses_x: tuple[float, ...] = (2.7,)
     mixed_prompts: bool = False
     section: str = ""
+    # Step size per condition where the block varies it (the tracing block); 8,192 otherwise.
+    step_tokens: tuple[int, ...] = ()
+    traced: bool = False  # runs keep the engine trace and report where the prompt work went
 
 
 COMPOSITION = ("no-control", "retry-budget", "coalescing", "budget-first", "lookup-first")
@@ -49,6 +53,9 @@ BLOCKS: dict[str, Block] = {
     "queue-policy": Block(name="queue-policy", conditions=QUEUE_POLICY, models=(PRIMARY_MODEL,), section="6.2"),
     "engine-cap": Block(name="engine-cap", conditions=ENGINE_CAP, models=(PRIMARY_MODEL,), section="6.2"),
     "deferral": Block(name="deferral", conditions=DEFERRAL, models=(PRIMARY_MODEL,), section="6.3"),
+    "tracing": Block(name="tracing",
+                     conditions=("retries-on-cancel-off", "retries-on-cancel-on", "retries-on-cancel-on"),
+                     step_tokens=(2048, 2048, 8192), models=(PRIMARY_MODEL,), traced=True, section="5"),
     "budget-with-cancellation": Block(name="budget-with-cancellation", conditions=BUDGET_WITH_CANCELLATION,
                                       models=(PRIMARY_MODEL,), section="6.1"),
 }
@@ -58,6 +65,8 @@ def paper_runs(block: str, model: str) -> int:
     """How many runs the paper has of this block on this model (Section 3.3)."""
     if block == "trigger-sweep":
         return 1
+    if block == "tracing":
+        return 3
     if block == "diagnostic" and model == PRIMARY_MODEL:
         return 3
     if block == "composition" and model == PRIMARY_MODEL:
@@ -76,10 +85,11 @@ def block_specs(name: str, model: str, runs: int | None = None, gpu: str = "h100
     count = paper_runs(name, model) if runs is None else runs
     if count < 1:
         raise ValueError(f"runs must be >= 1, got {count}")
+    steps = block.step_tokens or (8192,) * len(block.conditions)
     return [
-        RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse,
-                mixed_prompts=block.mixed_prompts)
+        RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse, max_batched_tokens=step,
+                mixed_prompts=block.mixed_prompts, trace=block.traced)
         for seed in range(first_seed, first_seed + count)
         for pulse in block.pulses_x
-        for condition in block.conditions
+        for condition, step in zip(block.conditions, steps, strict=True)
     ]

@@ -20,7 +20,7 @@ from rich.progress import (
 from rich.table import Table
 
 from retrybench import __version__
-from retrybench.analysis import summarize
+from retrybench.analysis import section5, summarize
 from retrybench.blocks import BLOCKS, block_specs
 from retrybench.config import ConfigError, available_conditions
 from retrybench.engine.profiles import GPUS, MODELS
@@ -75,7 +75,8 @@ def run(condition: str, model: str, seed: int, pulse_x: float, max_batched_token
         mixed_prompts: bool, engine_cap: int | None, as_json: bool, no_cache: bool, trace_path: Path | None) -> None:
     """One paper run on the simulated engine: the trace under one condition."""
     spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
-                   max_batched_tokens=max_batched_tokens, mixed_prompts=mixed_prompts, engine_cap=engine_cap)
+                   max_batched_tokens=max_batched_tokens, mixed_prompts=mixed_prompts, engine_cap=engine_cap,
+                   trace=True)
     try:
         if trace_path is None:
             result = run_one(spec, use_cache=not no_cache)
@@ -85,7 +86,8 @@ def run(condition: str, model: str, seed: int, pulse_x: float, max_batched_token
             write_trace(trace_path, events, {"spec": log.meta})
             runlog_path = trace_path.with_suffix(".runlog.json")
             runlog_path.write_text(log.to_json())
-            result = {**log.meta, **summarize(log), "trace": str(trace_path), "run_log": str(runlog_path)}
+            result = {**log.meta, **summarize(log), **section5.timing_and_counters(log),
+                      **section5.trace_summary(events, log), "trace": str(trace_path), "run_log": str(runlog_path)}
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     if as_json:
@@ -139,7 +141,7 @@ def block(name: str, model: str, runs: int | None, gpu: str, jobs: int | None, a
 @click.option("--jobs", type=click.IntRange(min=1), default=None)
 @click.option("--json", "as_json", is_flag=True)
 def reproduce(models: str, gpu: str, jobs: int | None, as_json: bool) -> None:
-    """Every block of Table 1 but tracing, with the paper's run counts, on the simulated engine."""
+    """Every block of Table 1 with the paper's run counts (137 runs), on the simulated engine."""
     chosen = [m.strip() for m in models.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in MODELS]
     if unknown:

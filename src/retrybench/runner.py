@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from retrybench import __version__
-from retrybench.analysis import summarize
+from retrybench.analysis import section5, summarize
 from retrybench.config import EngineConfig, WorkloadSpec, load_condition
 from retrybench.engine.profiles import profile_for
 from retrybench.runlog import RunLog
@@ -46,6 +46,7 @@ class RunSpec:
     max_batched_tokens: int = 8192
     mixed_prompts: bool = False
     engine_cap: int | None = None  # overrides the condition's cap
+    trace: bool = False  # keep the engine trace and report where the prompt work went (Section 5)
 
     def key(self) -> str:
         text = json.dumps({"spec": asdict(self), "code": code_version()}, sort_keys=True)
@@ -147,14 +148,19 @@ def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str
 
 
 def run_one(spec: RunSpec, use_cache: bool = True) -> dict[str, Any]:
+
     """The summary of one run (the paper's Section 3.2 metrics), from the cache when present."""
     path = cache_dir() / "runs" / f"{spec.key()}.json"
 
     def compute() -> dict[str, Any]:
         chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache)["chat"])
         started = time.perf_counter()
-        log = simulate_spec(spec, chat)
+        events: list[dict[str, Any]] | None = [] if spec.trace else None
+        log = simulate_spec(spec, chat, trace=events)
         result: dict[str, Any] = {**asdict(spec), "chat": round(chat, 4), **summarize(log)}
+        result.update(section5.timing_and_counters(log))
+        if events is not None:
+            result.update(section5.trace_summary(events, log))
         result["engine_cap"] = log.meta["engine_cap"]
         result["wall_s"] = round(time.perf_counter() - started, 3)
         result["code_version"] = code_version()

@@ -32,6 +32,7 @@ __all__ = [
     "Rates",
     "Recovery",
     "Window",
+    "clean",
     "cohort_delivery",
     "cohorts",
     "delivered_per_window",
@@ -44,7 +45,7 @@ __all__ = [
 _DIGITS = 4
 
 
-def _clean(value: float | None) -> float | None:
+def clean(value: float | None) -> float | None:
     """Round to a stable number of digits, and NaN to None, so json.dumps emits valid JSON."""
     if value is None or math.isnan(value):
         return None
@@ -75,7 +76,7 @@ def _control_counts(log: RunLog) -> dict[str, object]:
         "retries_refused": sum(1 for a in retries if a.outcome == REFUSED_429),
         "retries_refused_live": sum(1 for a in retries if a.outcome == REFUSED_429 and a.refused_live),
         "retries_attached": attached,
-        "retries_attached_pct": _clean(100.0 * attached / len(retries)) if retries else None,
+        "retries_attached_pct": clean(100.0 * attached / len(retries)) if retries else None,
         "attempts_refused_deadline": sum(
             1 for a in log.attempts if a.outcome == REFUSED_503 and a.execution_id is None),
         "executions_dropped": sum(1 for e in log.executions if e.fate == FATE_DROPPED),
@@ -87,19 +88,20 @@ def _control_counts(log: RunLog) -> dict[str, object]:
 def summarize(log: RunLog) -> dict[str, object]:
     """One flat row of a run's metrics: recovery, cohort delivery, rates and raw counts."""
     rec = recovery(log)
-    row: dict[str, object] = {"recovered": rec.recovered, "recovery_s": _clean(rec.recovery_s)}
+    row: dict[str, object] = {"recovered": rec.recovered, "recovery_s": clean(rec.recovery_s)}
     for name, cohort in cohorts(log).items():
-        row[f"{name}_delivered_pct"] = _clean(cohort.delivered_pct)
-        row[f"{name}_timely_pct"] = _clean(cohort.timely_pct)
+        row[f"{name}_delivered_pct"] = clean(cohort.delivered_pct)
+        row[f"{name}_timely_pct"] = clean(cohort.timely_pct)
     r = rates(log)
     row.update(
-        created_x=_clean(r.created_x),
-        accepted_x=_clean(r.accepted_x),
-        completed_x=_clean(r.completed_x),
-        retry_share_pct=_clean(r.retry_share_pct),
-        mean_waiting=_clean(r.mean_waiting),
-        littles_law_waiting=_clean(r.littles_law_waiting),
-        mean_waiting_pct_of_littles_law=_clean(r.mean_waiting_pct_of_littles_law),
+        created_x=clean(r.created_x),
+        accepted_x=clean(r.accepted_x),
+        completed_x=clean(r.completed_x),
+        retry_share_pct=clean(r.retry_share_pct),
+        mean_waiting=clean(r.mean_waiting),
+        littles_law_waiting=clean(r.littles_law_waiting),
+        mean_waiting_pct_of_littles_law=clean(r.mean_waiting_pct_of_littles_law),
     )
     row.update(_counts(log))
     return row
+
