@@ -126,13 +126,7 @@ def block(name: str, model: str, runs: int | None, gpu: str, jobs: int | None, a
         specs = block_specs(name, model, runs, gpu)
     except ValueError as error:
         raise click.UsageError(str(error)) from error
-    results = _run_with_progress(specs, jobs, f"{name} on {model}")
-    if as_json:
-        click.echo(json.dumps(results))
-    else:
-        _print_table(results)
-    if any("error" in r for r in results):
-        sys.exit(1)
+    _show(_run_with_progress(specs, jobs, f"{name} on {model}"), as_json)
 
 
 @main.command()
@@ -148,7 +142,11 @@ def reproduce(models: str, gpu: str, jobs: int | None, as_json: bool) -> None:
         raise click.UsageError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
     specs = [spec for name, blk in BLOCKS.items() for model in chosen if model in blk.models
              for spec in block_specs(name, model, gpu=gpu)]
-    results = _run_with_progress(specs, jobs, "reproduce")
+    _show(_run_with_progress(specs, jobs, "reproduce"), as_json)
+
+
+def _show(results: list[dict[str, Any]], as_json: bool) -> None:
+    """Print the results (JSON or a table); exit 1 if any run failed, after showing every run."""
     if as_json:
         click.echo(json.dumps(results))
     else:
