@@ -30,6 +30,8 @@ from retrybench.tracefile import write_trace
 MODEL_CHOICE = click.Choice(sorted(MODELS))
 GPU_CHOICE = click.Choice(sorted(GPUS))
 console = Console(stderr=True)
+TIME_SCALE_HELP = ("Wall seconds per model second: 1 is real time, 0.1 runs every clock, deadline and "
+                   "policy timer ten times faster. Engine server, proxy and load generator must agree.")
 
 SUMMARY_COLUMNS = ("recovered", "recovery_s", "hold_delivered_pct", "pulse_delivered_pct", "primary_timely_pct",
                    "created_x", "accepted_x", "completed_x", "retry_share_pct")
@@ -143,6 +145,86 @@ def reproduce(models: str, gpu: str, jobs: int | None, as_json: bool) -> None:
     specs = [spec for name, blk in BLOCKS.items() for model in chosen if model in blk.models
              for spec in block_specs(name, model, gpu=gpu)]
     _show(_run_with_progress(specs, jobs, "reproduce"), as_json)
+
+
+@main.command()
+@click.option("--upstream", required=True, help="The engine's base URL, e.g. http://127.0.0.1:8001.")
+@click.option("--policy", "policy_name", default="no-control", show_default=True,
+              help=f"A Table 1 condition ({', '.join(available_conditions())}) or a policy TOML file.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--max-body-bytes", type=click.IntRange(min=1024), default=4 << 20, show_default=True)
+@click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write every decision as JSONL (for run logs and conformance replay).")
+@click.option("--time-scale", type=click.FloatRange(min=1e-3, max=1e3), default=1.0, show_default=True,
+              help=TIME_SCALE_HELP)
+def proxy(upstream: str, policy_name: str, host: str, port: int, max_body_bytes: int, log_path: Path | None,
+          time_scale: float) -> None:
+    """Serve the overload-control proxy in front of an OpenAI-compatible engine."""
+    from retrybench.config import load_condition
+    from retrybench.live.proxy_server import ProxySettings, serve_forever
+
+    try:
+        policy = load_condition(policy_name).proxy
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
+    settings = ProxySettings(upstream=upstream, policy=policy, max_body_bytes=max_body_bytes, log_path=log_path,
+                             time_scale=time_scale)
+    serve_forever(settings, host, port)
+
+
+@main.command("engine-server")
+@click.option("--model", type=MODEL_CHOICE, required=True)
+@click.option("--gpu", type=GPU_CHOICE, default="h100", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8001, show_default=True)
+@click.option("--time-scale", type=click.FloatRange(min=1e-3, max=1e3), default=1.0, show_default=True,
+              help=TIME_SCALE_HELP)
+@click.option("--max-num-queued-reqs", type=click.IntRange(min=1), default=None,
+              help="vLLM's queue cap: refuse with 503 when waiting + running would exceed it.")
+@click.option("--stream-interval", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Output tokens per streamed chunk (vLLM's --stream-interval).")
+@click.option("--sync-scheduling", is_flag=True, help="One batch in flight (vLLM's CPU platform).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the scheduler trace as JSONL.")
+def engine_server(model: str, gpu: str, host: str, port: int, time_scale: float, max_num_queued_reqs: int | None,
+                  stream_interval: int, sync_scheduling: bool, trace_path: Path | None) -> None:
+    """Serve the simulated engine over HTTP in wall-clock time (vLLM's API subset: CPU stand-in)."""
+    from retrybench.live.engine_server import EngineServerSettings, serve_forever
+
+    settings = EngineServerSettings(model=model, gpu=gpu, time_scale=time_scale,
+                                    max_num_queued_reqs=max_num_queued_reqs, stream_interval=stream_interval,
+                                    async_scheduling=not sync_scheduling, trace_path=trace_path)
+    serve_forever(settings, host, port)
+
+
+@main.command()
+@click.option("--trace", "trace_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="A saved trace (retrybench-trace/1).")
+@click.option("--target", required=True, help="Base URL of the proxy or engine, e.g. http://127.0.0.1:8000.")
+@click.option("--condition", default="retries-on-cancel-on", show_default=True,
+              help="The Table 1 condition (or TOML file) whose client policy to use.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seeds the retry jitter.")
+@click.option("--time-scale", type=click.FloatRange(min=1e-3, max=1e3), default=1.0, show_default=True,
+              help=TIME_SCALE_HELP)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the attempts as a run log (JSON, written atomically).")
+def loadgen(trace_file: Path, target: str, condition: str, seed: int, time_scale: float, out: Path) -> None:
+    """Replay a trace open-loop against TARGET with the paper's retrying client."""
+    from retrybench.config import load_condition
+    from retrybench.live.loadgen import LoadgenSettings, run_loadgen
+    from retrybench.workload import load_trace
+
+    try:
+        client = load_condition(condition).client
+        trace = load_trace(trace_file)
+    except (ConfigError, ValueError) as error:
+        raise click.UsageError(str(error)) from error
+    settings = LoadgenSettings(target=target, client=client, seed=seed, time_scale=time_scale)
+    result = run_loadgen(trace, settings, out)
+    lateness = result.meta["send_lateness"]
+    console.print(f"{len(result.calls)} calls, {len(result.attempts)} attempts; send lateness "
+                  f"p50 {lateness['p50_ms']:.3f} ms, p99 {lateness['p99_ms']:.3f} ms")
 
 
 def _show(results: list[dict[str, Any]], as_json: bool) -> None:

@@ -281,6 +281,13 @@ class ProxyCore:
         self._outstanding -= 1
         return actions + self._dispatch_next()
 
+    def forget(self, execution_id: int) -> None:
+        """Drop an ended execution's record (a long-running proxy must not keep them all). Live
+        and queued executions are kept: they still have decisions to come."""
+        execution = self.executions.get(execution_id)
+        if execution is not None and execution.state not in ("live", "queued"):
+            del self.executions[execution_id]
+
     # -- helpers ---------------------------------------------------------------------------------
 
     def _cancel(self, execution: Execution, now: float) -> list[Action]:

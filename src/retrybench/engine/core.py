@@ -212,6 +212,12 @@ class EngineCore:
     def live_requests(self) -> int:
         return len(self._requests)
 
+    def output_tokens(self, rid: int) -> int | None:
+        """Output tokens processed so far, for a front end that streams them; None once the core
+        has retired the request (finished or aborted: the caller learns which from the events)."""
+        request = self._requests.get(rid)
+        return None if request is None else request.out
+
     def snapshot(self) -> None:
         """Copy the work of executions still in the engine into their stats (at a run's end)."""
         for rid, request in self._requests.items():

@@ -1,0 +1,187 @@
+"""What a proxy in front of a streaming upstream costs: time to first token and CPU per streamed chunk.
+
+The upstream (the stub: no engine work), the proxy under test (retrybench's, or nginx where it is
+installed) and this client run as separate processes on loopback; "direct" is the client against
+the upstream itself, so `route - direct` is what the proxy adds. CPU is read from /proc for the
+proxy's whole process tree, so it counts the proxy alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+
+from retrybench.live.launch import ServerProcess, free_port
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Route:
+    name: str
+    url: str
+    pid: int | None = None  # the proxy's process (None for direct)
+
+
+@dataclass
+class StreamStats:
+    ttft_ms: list[float] = field(default_factory=list)
+    chunks: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0  # the proxy's CPU time during the run
+
+    def summary(self) -> dict[str, float]:
+        ttft = np.asarray(self.ttft_ms)
+        return {"ttft_p50_ms": float(np.percentile(ttft, 50)), "ttft_p99_ms": float(np.percentile(ttft, 99)),
+                "requests": float(ttft.size), "chunks": float(self.chunks),
+                "chunks_per_s": self.chunks / self.wall_s if self.wall_s else 0.0,
+                "cpu_us_per_chunk": 1e6 * self.cpu_s / self.chunks if self.chunks else 0.0}
+
+
+def tree_cpu_s(pid: int | None) -> float:
+    """utime + stime of `pid` and its children (nginx's workers), in seconds."""
+    if pid is None:
+        return 0.0
+    pids = {pid}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                pids.add(int(entry.name))
+    total = 0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / TICKS_PER_S
+
+
+def _body(tokens: int, interval_ms: float) -> bytes:
+    return json.dumps({"model": "m", "prompt": [101, 102, 103, 104], "max_tokens": tokens, "stream": True,
+                       "stub": {"interval_ms": interval_ms}}).encode()
+
+
+async def _one(session: aiohttp.ClientSession, url: str, body: bytes, stats: StreamStats) -> None:
+    start = time.perf_counter()
+    async with session.post(url + "/v1/completions", data=body,
+                            headers={"Content-Type": "application/json"}) as response:
+        first = await response.content.readany()
+        stats.ttft_ms.append(1e3 * (time.perf_counter() - start))
+        count, tail = first.count(b"data: "), first
+        async for data in response.content.iter_any():
+            count += data.count(b"data: ")
+            tail = data
+        if response.status != 200 or not tail.endswith(b"[DONE]\n\n"):
+            raise RuntimeError(f"{url}: bad stream (status {response.status})")
+        stats.chunks += count
+
+
+async def _run(route: Route, streams: int, duration_s: float, requests: int | None, tokens: int,
+               interval_ms: float) -> StreamStats:
+    stats = StreamStats()
+    body = _body(tokens, interval_ms)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await _one(session, route.url, body, StreamStats())  # warm the connection pools
+        cpu0, t0 = tree_cpu_s(route.pid), time.perf_counter()
+        stop = t0 + duration_s
+
+        stream_s = tokens * interval_ms / 1000
+
+        async def worker(i: int) -> None:
+            await asyncio.sleep(i * stream_s / streams)  # spread the streams out: no synchronized bursts
+            while time.perf_counter() < stop and (requests is None or len(stats.ttft_ms) < requests):
+                await _one(session, route.url, body, stats)
+
+        await asyncio.gather(*(worker(i) for i in range(streams)))
+        stats.wall_s = time.perf_counter() - t0
+        stats.cpu_s = tree_cpu_s(route.pid) - cpu0
+    return stats
+
+
+def measure(route: Route, *, streams: int, duration_s: float, tokens: int, interval_ms: float,
+            requests: int | None = None) -> StreamStats:
+    """`streams` clients, each sending its next streamed request when the last one ends."""
+    return asyncio.run(_run(route, streams, duration_s, requests, tokens, interval_ms))
+
+
+# -- the processes ----------------------------------------------------------------------------------
+
+
+def _nginx_conf(workdir: Path, listen: int, upstream: int) -> Path:
+    conf = workdir / "nginx.conf"
+    conf.write_text(f"""
+worker_processes 1;
+daemon off;
+pid {workdir}/nginx.pid;
+error_log {workdir}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {workdir}/body;
+  proxy_temp_path {workdir}/proxy;
+  fastcgi_temp_path {workdir}/fastcgi;
+  uwsgi_temp_path {workdir}/uwsgi;
+  scgi_temp_path {workdir}/scgi;
+  upstream engine {{ server 127.0.0.1:{upstream}; keepalive 256; }}
+  server {{
+    listen 127.0.0.1:{listen} backlog=4096;
+    location / {{
+      proxy_pass http://engine;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }}
+  }}
+}}
+""")
+    return conf
+
+
+@contextmanager
+def routes(workdir: Path) -> Iterator[list[Route]]:
+    """Start the stub upstream, the retrybench proxy and (where installed) nginx in front of it."""
+    with ExitStack() as stack:
+        up_port = free_port()
+        stack.enter_context(ServerProcess(
+            [sys.executable, "-m", "retrybench.live.stub_upstream", "--port", str(up_port)],
+            health_url=f"http://127.0.0.1:{up_port}/health", log_path=workdir / "stub.log"))
+        upstream = f"http://127.0.0.1:{up_port}"
+        found = [Route("direct", upstream)]
+        nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
+        if nginx is not None:
+            port = free_port()
+            conf = _nginx_conf(workdir, port, up_port)
+            process = stack.enter_context(ServerProcess(
+                [nginx, "-c", str(conf), "-p", str(workdir)], health_url=f"http://127.0.0.1:{port}/health",
+                log_path=workdir / "nginx.log"))
+            found.append(Route("nginx", f"http://127.0.0.1:{port}", process.pid))
+        port = free_port()
+        process = stack.enter_context(ServerProcess(
+            [sys.executable, "-m", "retrybench", "proxy", "--upstream", upstream, "--port", str(port),
+             "--policy", "retries-on-cancel-on"],
+            health_url=f"http://127.0.0.1:{port}/health", log_path=workdir / "proxy.log"))
+        found.append(Route("retrybench", f"http://127.0.0.1:{port}", process.pid))
+        yield found
+
+
+def nginx_available() -> bool:
+    return shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
+

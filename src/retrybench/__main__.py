@@ -1,0 +1,5 @@
+"""`python -m retrybench`: the same command line as the `retrybench` script."""
+
+from retrybench.cli import main
+
+main()

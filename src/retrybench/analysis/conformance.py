@@ -1,0 +1,83 @@
+"""Replay a live proxy's decision log through a fresh `ProxyCore` and compare the decisions.
+
+The live proxy logs each input it fed its core (attempt, subscriber left, engine event, timer)
+and what the core decided. Feeding the same inputs, at the same times, to the simulator's core
+must give the same decisions: attach, refuse, create (dispatched or queued), cancel, dispatch
+and drop. A difference means the live driver does not carry out the policy the simulator models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from retrybench.config import ProxyPolicy
+from retrybench.control.proxy import Action, Attach, AttemptIn, Cancel, Create, Decision, Dispatch, Drop, ProxyCore
+
+__all__ = ["Mismatch", "actions_of", "decision_of", "replay"]
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    index: int  # the event's position in the log
+    event: dict[str, Any]
+    expected: Any  # what the log says the live proxy decided
+    replayed: Any  # what the replayed core decided
+
+
+def decision_of(decision: Decision) -> dict[str, Any]:
+    """A decision as the log records it."""
+    if isinstance(decision, Create):
+        return {"decision": "create", "execution": decision.execution_id, "dispatch": decision.dispatch}
+    if isinstance(decision, Attach):
+        return {"decision": "attach", "execution": decision.execution_id}
+    return {"decision": "refuse", "status": decision.status}
+
+
+def actions_of(actions: list[Action]) -> list[list[Any]]:
+    """The actions that reach the engine or the queue, as [kind, execution id] pairs."""
+    out: list[list[Any]] = []
+    for action in actions:
+        if isinstance(action, Cancel):
+            out.append(["cancel", action.execution_id])
+        elif isinstance(action, Dispatch):
+            out.append(["dispatch", action.execution_id])
+        elif isinstance(action, Drop):
+            out.append(["drop", action.execution_id])
+    return out
+
+
+def replay(policy: ProxyPolicy, events: list[dict[str, Any]]) -> tuple[dict[str, int], list[Mismatch]]:
+    """Counts of decisions checked by kind, and every mismatch."""
+    core = ProxyCore(policy)
+    checked: dict[str, int] = {}
+    mismatches: list[Mismatch] = []
+
+    def check(index: int, event: dict[str, Any], expected: Any, replayed: Any, kind: str) -> None:
+        checked[kind] = checked.get(kind, 0) + 1
+        if expected != replayed:
+            mismatches.append(Mismatch(index, event, expected, replayed))
+
+    for index, event in enumerate(events):
+        kind, now = event["ev"], event["t"]
+        if kind == "attempt":
+            attempt = AttemptIn(event["call"], event["attempt"], event["key"], event["prompt_tokens"],
+                                event["max_tokens"])
+            decision = decision_of(core.on_attempt(attempt, now, engine_waiting=event["engine_waiting"]))
+            expected = {k: event[k] for k in decision if k in event}
+            check(index, event, expected, decision, decision["decision"])
+            continue
+        if kind == "left":
+            actions = core.on_subscriber_left((event["call"], event["attempt"]), now)
+        elif kind == "engine":
+            actions = core.on_engine_event(event["execution"], event["kind"], now)
+        elif kind == "timer":
+            actions = core.on_timer(event["execution"], now)
+        else:
+            continue
+        replayed = actions_of(actions)
+        for name, _ in replayed:
+            checked[name] = checked.get(name, 0) + 1
+        if event.get("actions", []) != replayed:
+            mismatches.append(Mismatch(index, event, event.get("actions", []), replayed))
+    return checked, mismatches

@@ -1,0 +1,126 @@
+"""Start live-stack servers as subprocesses and always take them down again.
+
+A server in its own process has its own event loop and GIL, as vLLM and a proxy do in a real
+deployment, so an experiment measures the network path rather than one loop's contention.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from retrybench.live.engine_server import EngineServerSettings
+
+__all__ = ["ServerProcess", "engine_server_command", "free_port"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free right now (another process may take it before it is bound: retry on failure)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def engine_server_command(settings: EngineServerSettings, port: int, host: str = "127.0.0.1") -> list[str]:
+    """The `retrybench engine-server` command line for `settings` (prefix_tokens has no flag: the
+    CLI always uses the default)."""
+    argv = [sys.executable, "-m", "retrybench", "engine-server", "--model", settings.model, "--gpu", settings.gpu,
+            "--host", host, "--port", str(port), "--time-scale", repr(settings.time_scale),
+            "--stream-interval", str(settings.stream_interval)]
+    if settings.max_num_queued_reqs is not None:
+        argv += ["--max-num-queued-reqs", str(settings.max_num_queued_reqs)]
+    if not settings.async_scheduling:
+        argv.append("--sync-scheduling")
+    if settings.trace_path is not None:
+        argv += ["--trace", str(settings.trace_path)]
+    return argv
+
+
+class ServerProcess:
+    """A server subprocess that is ready (its health URL answers 200) inside the `with` block and
+    gone after it, whatever happened. `env` adds to (and overrides) this process's environment."""
+
+    def __init__(self, argv: list[str], *, health_url: str, log_path: Path, start_timeout_s: float = 30.0,
+                 env: dict[str, str] | None = None) -> None:
+        self.argv = argv
+        self.health_url = health_url
+        self.log_path = log_path
+        self.start_timeout_s = start_timeout_s
+        self.env = env
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("the server is not started")
+        return self._process.pid
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def __enter__(self) -> ServerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        env = None if self.env is None else {**os.environ, **self.env}
+        self._process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
+                                         stderr=subprocess.STDOUT, env=env)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self._shutdown()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            code = self._process.poll()
+            if code is not None:
+                raise RuntimeError(f"{self.argv[:4]} exited with status {code} before it was ready; "
+                                   f"last lines of {self.log_path}:\n{self._tail()}")
+            try:
+                with urllib.request.urlopen(self.health_url, timeout=1.0) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.health_url} did not answer 200 within {self.start_timeout_s} s; "
+                                   f"last lines of {self.log_path}:\n{self._tail()}")
+            time.sleep(0.05)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        """SIGTERM (the server flushes its logs), then SIGKILL after 5 s."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None

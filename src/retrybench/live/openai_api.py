@@ -1,0 +1,109 @@
+"""What the proxy needs to know of the OpenAI-compatible API, as pure functions over bytes and headers.
+
+The proxy never rewrites a request: it reads just enough of it to validate it, to estimate its
+prompt size for the deadline check, and to build the coalescing key (tenant, call id and a hash
+of the whole body, so that a retry that differs in anything never attaches).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BadRequest", "ParsedRequest", "call_identity", "coalescing_key", "error_body", "parse_request"]
+
+ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
+               413: "RequestEntityTooLargeError", 429: "RateLimitError", 502: "BadGatewayError",
+               503: "ServiceUnavailableError"}
+DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
+
+
+class BadRequest(ValueError):
+    """The request cannot be served; answered 400 with `param` naming the bad field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    prompt_tokens: int  # exact for token-id prompts, estimated (words) for text
+    max_tokens: int
+    stream: bool
+
+
+def error_body(status: int, message: str, param: str | None = None) -> bytes:
+    """An OpenAI-style error object, as vLLM sends it."""
+    error = {"message": message, "type": ERROR_TYPES.get(status, "APIError"), "param": param, "code": status}
+    return json.dumps({"error": error}).encode()
+
+
+def _text_tokens(text: str) -> int:
+    return max(1, len(text.split()))
+
+
+def _prompt_tokens(prompt: Any) -> int:
+    if isinstance(prompt, str):
+        return _text_tokens(prompt)
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return len(prompt)
+        if all(isinstance(p, str) for p in prompt):
+            return sum(_text_tokens(p) for p in prompt)
+    raise BadRequest("'prompt' must be a string, a list of strings or a non-empty list of token ids", "prompt")
+
+
+def _messages_tokens(messages: Any) -> int:
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list", "messages")
+    total = 0
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequest("each message needs a string 'role'", "messages")
+        content = message.get("content", "")
+        if isinstance(content, str):
+            total += _text_tokens(content)
+        elif isinstance(content, list):
+            total += sum(_text_tokens(str(part.get("text", ""))) for part in content if isinstance(part, dict))
+        elif content is not None:
+            raise BadRequest("message 'content' must be a string or a list of parts", "messages")
+    return total
+
+
+def parse_request(body: bytes, chat: bool) -> ParsedRequest:
+    """Validate a completions (or chat completions) body; raises BadRequest."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BadRequest(f"the body is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    prompt_tokens = _messages_tokens(data.get("messages")) if chat else _prompt_tokens(data.get("prompt"))
+    max_tokens = data.get("max_completion_tokens" if chat and "max_completion_tokens" in data else "max_tokens",
+                          DEFAULT_MAX_TOKENS)
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise BadRequest("'max_tokens' must be a positive integer", "max_tokens")
+    stream = data.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be true or false", "stream")
+    return ParsedRequest(prompt_tokens, max_tokens, stream)
+
+
+def call_identity(headers: Mapping[str, str]) -> tuple[str, str | None]:
+    """(tenant, call id): the tenant is a digest of the Authorization header (never kept in clear),
+    the call id the caller's Idempotency-Key (or X-Call-Id); None when the caller sent neither."""
+    auth = headers.get("Authorization", "")
+    tenant = hashlib.sha256(auth.encode()).hexdigest()[:16] if auth else "-"
+    call_id = headers.get("Idempotency-Key") or headers.get("X-Call-Id") or None
+    return tenant, call_id
+
+
+def coalescing_key(tenant: str, call_id: str, path: str, body: bytes) -> str:
+    digest = hashlib.sha256(body).hexdigest()
+    return f"{tenant}|{call_id}|{path}|{digest}"

@@ -1,0 +1,71 @@
+"""The proxy's Prometheus metrics: what it decided and what became of each execution.
+
+Counters are updated as decisions are taken; gauges read the proxy's state at scrape time, so
+they cannot drift from it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+
+from retrybench.control.proxy import Attach, Create, Decision
+
+if TYPE_CHECKING:
+    from retrybench.live.proxy_server import ProxyServer
+
+__all__ = ["FATES", "ProxyMetrics"]
+
+FATES = ("completed", "orphaned", "cancelled", "attached", "dropped", "refused", "failed")
+
+
+class ProxyMetrics:
+    def __init__(self, server: ProxyServer) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.attempts = Counter("retrybench_proxy_attempts", "Attempts received", registry=r)
+        self.retries = Counter("retrybench_proxy_retries", "Attempts of a call id seen before", registry=r)
+        self.decisions = Counter("retrybench_proxy_decisions", "Decisions on attempts", ["decision"], registry=r)
+        self.executions = Counter("retrybench_proxy_executions", "Executions by fate", ["fate"], registry=r)
+        # Children resolved once: labels() on every attempt would cost more than the rest of the count.
+        self._decision = {name: self.decisions.labels(name) for name in ("created", "attached", "refused_429",
+                                                                         "refused_503")}
+        self._fate = {fate: self.executions.labels(fate) for fate in FATES}
+        core = server.core
+        Gauge("retrybench_proxy_queue_depth", "Executions waiting in the proxy's queue",
+              registry=r).set_function(lambda: core.waiting)
+        Gauge("retrybench_proxy_outstanding", "Executions with an open upstream stream",
+              registry=r).set_function(lambda: core.outstanding)
+        Gauge("retrybench_proxy_relays", "Executions the proxy holds (queued or streaming)",
+              registry=r).set_function(lambda: len(server.relays))
+        Gauge("retrybench_proxy_subscribers", "Attempts connected and waiting for output",
+              registry=r).set_function(lambda: server.open_subscribers)
+        Gauge("retrybench_proxy_engine_waiting", "The engine's waiting gauge as last scraped",
+              registry=r).set_function(lambda: server.engine_waiting)
+        budget = core.budget
+        if budget is not None:
+            Gauge("retrybench_proxy_budget_first_attempts", "First attempts in the budget window",
+                  registry=r).set_function(lambda: budget.state(server.now())[0])
+            Gauge("retrybench_proxy_budget_retries", "Retries admitted in the budget window",
+                  registry=r).set_function(lambda: budget.state(server.now())[1])
+            Gauge("retrybench_proxy_budget_ratio", "Retries allowed per first attempt",
+                  registry=r).set(budget.ratio)
+
+    def on_decision(self, attempt_no: int, decision: Decision) -> None:
+        self.attempts.inc()
+        if attempt_no > 0:
+            self.retries.inc()
+        if isinstance(decision, Create):
+            name = "created"
+        elif isinstance(decision, Attach):
+            name = "attached"
+        else:
+            name = f"refused_{decision.status}"
+        self._decision[name].inc()
+
+    def fate(self, name: str) -> None:
+        self._fate[name].inc()
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

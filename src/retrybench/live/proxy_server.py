@@ -1,0 +1,545 @@
+"""The deployable overload-control proxy: `ProxyCore` driving real HTTP streams.
+
+Each attempt is an HTTP request; its handler task is the attempt's *subscriber*. Each execution
+is a `Relay`: one upstream request, read by one task that forwards the upstream bytes unchanged
+to the live subscribers and keeps them (as bytes) for replay while a retry may still attach.
+aiohttp serves both sides: its C HTTP parser and `handler_cancellation` (a handler is cancelled
+the moment its client disconnects: while queued, before the first token or mid-stream) are what
+the overhead targets and the cancellation semantics need. Cancelling an execution closes its
+upstream connection, which is how vLLM learns to abort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from retrybench.analysis.conformance import actions_of, decision_of
+from retrybench.config import ProxyPolicy
+from retrybench.control.proxy import (
+    Action,
+    Attach,
+    AttemptIn,
+    Cancel,
+    Create,
+    Dispatch,
+    Drop,
+    ProxyCore,
+    Refuse,
+    SetTimer,
+    Subscriber,
+)
+from retrybench.live.aio import bound_port, run_event_loop
+from retrybench.live.eventlog import EventLog
+from retrybench.live.http1 import ChunkedScanner, ResponseHead, frame_chunk
+from retrybench.live.openai_api import BadRequest, call_identity, coalescing_key, error_body, parse_request
+from retrybench.live.proxy_metrics import ProxyMetrics
+from retrybench.live.upstream import UpstreamPool
+
+__all__ = ["ProxyServer", "ProxySettings"]
+
+ROUTES = {"/v1/completions": False, "/v1/chat/completions": True}  # path -> chat
+FORWARDED_HEADERS = ("Authorization", "Content-Type", "Accept")
+JSON = "application/json"
+logger = logging.getLogger(__name__)
+MAX_CLIENT_BUFFER = 4 << 20  # bytes queued for one client before it counts as gone
+_WAITING = re.compile(rb"^vllm:num_requests_waiting(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxySettings:
+    upstream: str
+    policy: ProxyPolicy
+    max_body_bytes: int = 4 << 20
+    log_path: Path | None = None
+    scrape_s: float = 1.0  # how often the engine's waiting gauge is read (budget Retry-After, deadline check)
+    remembered_calls: int = 1_000_000  # call ids kept to tell retries from first attempts
+    time_scale: float = 1.0  # wall seconds per policy second (scaled live runs; 1 in deployment)
+    keep_log: bool = False  # also keep the decision log in memory (tests, conformance checks)
+
+
+@dataclass(eq=False, slots=True)
+class _Subscriber:
+    key: Subscriber
+    transport: asyncio.Transport | None = None  # set once it receives live bytes
+    finished: asyncio.Future[None] | None = None
+
+
+class Relay:
+    """One execution: its upstream exchange, the bytes it produced, the subscribers it feeds.
+
+    The upstream calls `on_head`, `on_first_payload`, `on_body` and `on_end` as bytes arrive. A
+    streamed body is kept chunk-framed exactly as the upstream sent it and written unchanged to
+    every live subscriber's socket; it is kept for replay only while a retry may still attach
+    (coalescing) or a subscriber is catching up.
+    """
+
+    def __init__(self, server: ProxyServer, execution_id: int, path: str, body: bytes, headers: dict[str, str],
+                 stream: bool, keep_replay: bool) -> None:
+        self.server = server
+        self.execution_id = execution_id
+        self.path, self.body, self.headers = path, body, headers
+        self.stream = stream
+        self.keep_replay = keep_replay
+        self.status = 0
+        self.content_type = JSON
+        self.chunks: list[bytes] = []  # chunk-framed for a live stream, else the body's raw bytes
+        self.ready = asyncio.Event()  # status known (streams), or the whole body in (others)
+        self.done = False
+        self.truncated = False  # the upstream stream broke before its end
+        self.refused = False  # a 503 sent as an SSE error event inside HTTP 200
+        self.pending = 0  # subscribers not yet receiving live bytes
+        self.live: list[_Subscriber] = []
+        self.subscribers = 0
+        self.task: asyncio.Task[None] | None = None
+        self.connection: Any = None
+        self.ended: asyncio.Future[str] | None = None  # the outcome, once the upstream exchange ends
+        self._streaming = False  # an HTTP 200 stream being relayed live
+        self._framed = True  # the upstream's body is chunk-framed (else the relay frames it)
+        self._chunked_upstream = False
+
+    # -- the upstream's callbacks ------------------------------------------------------------------
+
+    def on_connection(self, connection: Any) -> None:
+        self.connection = connection
+
+    def on_head(self, head: ResponseHead) -> None:
+        self.status = head.status
+        self.content_type = head.headers.get("content-type", JSON)
+        self._chunked_upstream = head.chunked
+        if head.status == 200 and self.stream:
+            self._streaming = True
+            self._framed = head.chunked
+            self.ready.set()
+
+    def on_first_payload(self, payload: bytes) -> None:
+        if not self._streaming:
+            return
+        self.refused = b'"error"' in payload[:64] and b"503" in payload
+        if not self.refused:
+            self.server.engine_event(self, "first_token")
+
+    def on_body(self, data: bytes) -> None:
+        if not data:
+            return
+        if not self._streaming:
+            self.chunks.append(data)
+            return
+        if not self._framed:
+            data = frame_chunk(data)
+        self._send(data)
+
+    def _send(self, data: bytes) -> None:
+        if self.keep_replay or self.pending:
+            self.chunks.append(data)
+        for sub in self.live:
+            transport = sub.transport
+            assert transport is not None
+            if transport.is_closing():
+                continue  # that client left; its handler is being cancelled and reports it
+            transport.write(data)
+            if transport.get_write_buffer_size() > MAX_CLIENT_BUFFER:
+                transport.close()  # a client that stopped reading must not hold the proxy's memory
+
+    def on_end(self, error: str | None) -> None:
+        if self.ended is None or self.ended.done():
+            return
+        if self._streaming:
+            if error is not None:
+                self.truncated = True
+                self.server.engine_event(self, "refused")
+                outcome = "failed"
+            else:
+                if not self._framed:
+                    self._send(b"0\r\n\r\n")
+                kind = "refused" if self.refused else "completed"
+                self.server.engine_event(self, kind)
+                outcome = kind
+        elif self.status == 0:
+            self.status, self.content_type = 502, JSON
+            self.chunks = [error_body(502, f"upstream failed: {error}")]
+            self.server.engine_event(self, "refused")
+            outcome = "failed"
+        else:
+            body = b"".join(self.chunks)
+            if self._chunked_upstream:
+                payload: list[bytes] = []
+                ChunkedScanner().feed(body, payload)
+                body = b"".join(payload)
+            self.chunks = [body]
+            outcome = self.server.whole_response(self)
+        self.ended.set_result(outcome)
+
+    def close_upstream(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+
+
+class ProxyServer:
+    """The proxy's state and handlers; `start` binds it, `stop` ends every stream and task."""
+
+    def __init__(self, settings: ProxySettings) -> None:
+        self.settings = settings
+        self.core = ProxyCore(settings.policy)
+        self.metrics = ProxyMetrics(self)
+        self.relays: dict[int, Relay] = {}
+        self.open_subscribers = 0
+        self.engine_waiting = 0
+        self._calls: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()  # -> (index, attempts)
+        self._anonymous = 0
+        self._timers: dict[tuple[float, int], asyncio.Handle] = {}  # (due, execution) -> handle
+        self._session: aiohttp.ClientSession | None = None  # for scraping the engine's /metrics
+        self._pool: UpstreamPool | None = None  # for executions
+        self._runner: web.AppRunner | None = None
+        self._scraper: asyncio.Task[None] | None = None
+        self._t0 = time.monotonic()
+        self._scale = settings.time_scale
+        header = {"t0_unix": time.time(), "time_scale": settings.time_scale, "upstream": settings.upstream,
+                  "policy": asdict(settings.policy)}
+        self.log = EventLog(settings.log_path, header, keep=settings.keep_log)
+        self.upstream = settings.upstream.rstrip("/")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.max_body_bytes)
+        for path in ROUTES:
+            app.router.add_post(path, self.handle_completion)
+        app.router.add_get("/health", self.handle_health)
+        app.router.add_get("/metrics", self.handle_metrics)
+        app.router.add_route("*", "/{tail:.*}", self.handle_unknown)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
+        """Bind and serve; returns the port (useful with port 0)."""
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
+                                              auto_decompress=False, skip_auto_headers=("User-Agent",))
+        self._pool = UpstreamPool(self.upstream)
+        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, backlog=4096, reuse_address=True)
+        await site.start()
+        self._scraper = asyncio.create_task(self._housekeeping())
+        return bound_port(site)
+
+    async def stop(self) -> None:
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        if self._scraper is not None:
+            self._scraper.cancel()
+        for relay in list(self.relays.values()):
+            if relay.task is not None:
+                relay.task.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        tasks = [r.task for r in self.relays.values() if r.task is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+        if self._pool is not None:
+            self._pool.close()
+        self.log.close()
+
+    def now(self) -> float:
+        """Policy seconds since the proxy started (wall seconds / time_scale)."""
+        return (time.monotonic() - self._t0) / self._scale
+
+    def _log(self, event: dict[str, Any]) -> None:
+        event.setdefault("t", self.now())
+        self.log.write(event)
+
+    # -- small routes ------------------------------------------------------------------------
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        body, content_type = self.metrics.render()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def handle_unknown(self, request: web.Request) -> web.Response:
+        status = 405 if request.path in ROUTES else 404
+        return _error(status, f"{request.method} {request.path} is not served here")
+
+    # -- attempts ----------------------------------------------------------------------------
+
+    def _attempt_number(self, tenant: str, call_id: str | None) -> tuple[int, int, str]:
+        """(call index, attempt number, call id): an attempt of a call id seen before is a retry."""
+        if call_id is None:
+            self._anonymous += 1
+            call_id = f"anonymous-{self._anonymous}"
+        identity = (tenant, call_id)
+        index, attempts = self._calls.pop(identity, (len(self._calls) + self._anonymous, 0))
+        self._calls[identity] = (index, attempts + 1)
+        if len(self._calls) > self.settings.remembered_calls:
+            self._calls.popitem(last=False)
+        return index, attempts, call_id
+
+    async def handle_completion(self, request: web.Request) -> web.StreamResponse:
+        chat = ROUTES[request.path]
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _error(413, f"the body is over the limit of {self.settings.max_body_bytes} bytes")
+        try:
+            parsed = parse_request(body, chat)
+        except BadRequest as error:
+            return _error(400, str(error), error.param)
+        tenant, given_id = call_identity(request.headers)
+        call_index, attempt_no, call_id = self._attempt_number(tenant, given_id)
+        key = coalescing_key(tenant, call_id, request.path, body)
+        now = self.now()
+        attempt = AttemptIn(call_index, attempt_no, key, parsed.prompt_tokens, parsed.max_tokens)
+        decision = self.core.on_attempt(attempt, now, engine_waiting=self.engine_waiting)
+        self.metrics.on_decision(attempt_no, decision)
+        if self.log.active:
+            self._log({"ev": "attempt", "t": now, "call": call_index, "attempt": attempt_no, "call_id": call_id,
+                       "client_attempt": request.headers.get("X-Retrybench-Attempt"), "key": key,
+                       "prompt_tokens": parsed.prompt_tokens, "max_tokens": parsed.max_tokens,
+                       "engine_waiting": self.engine_waiting, **decision_of(decision)})
+        if isinstance(decision, Refuse):
+            return _refusal(decision)
+        if isinstance(decision, Create):
+            relay = Relay(self, decision.execution_id, request.path, body, _forward_headers(request), parsed.stream,
+                          keep_replay=self.settings.policy.coalescing)
+            self.relays[decision.execution_id] = relay
+            if decision.dispatch:
+                self._dispatch(relay)
+        else:
+            assert isinstance(decision, Attach)
+            relay = self.relays[decision.execution_id]
+            if relay.subscribers == 1:  # its first retry attached
+                self.metrics.fate("attached")
+        return await self._serve(request, relay, _Subscriber((call_index, attempt_no)),
+                                 attached=isinstance(decision, Attach))
+
+    async def _serve(self, request: web.Request, relay: Relay, sub: _Subscriber,
+                     attached: bool) -> web.StreamResponse:
+        """Be the attempt's subscriber until its execution ends or its client leaves."""
+        relay.pending += 1
+        relay.subscribers += 1
+        self.open_subscribers += 1
+        joined = finished = False
+        try:
+            await relay.ready.wait()
+            headers = {"X-Retrybench-Execution": str(relay.execution_id),
+                       "X-Retrybench-Attached": "1" if attached else "0"}
+            if not relay.stream or relay.status != 200:
+                finished = True
+                if relay.status == 0:  # the proxy is shutting down
+                    return _error(503, "the proxy is shutting down")
+                return web.Response(status=relay.status, body=b"".join(relay.chunks),
+                                    headers={**headers, "Content-Type": relay.content_type})
+            response = web.StreamResponse(status=200, headers={**headers, "Content-Type": relay.content_type,
+                                                               "Cache-Control": "no-cache"})
+            response.enable_chunked_encoding()
+            writer: Any = await response.prepare(request)
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("the client left")
+            # From here on the relay writes the upstream's chunk-framed bytes to the socket itself:
+            # aiohttp sends the head now, and frames (and ends) nothing of the body.
+            writer.chunked = False
+            sub.transport = transport
+            if relay.chunks:  # replay, sent with the head in one write, then live
+                sent = len(relay.chunks)
+                await writer.write(b"".join(relay.chunks[:sent]), drain=False)
+                if len(relay.chunks) > sent:  # arrived during that write; from here on nothing awaits
+                    transport.write(b"".join(relay.chunks[sent:]))
+            else:
+                send_headers = getattr(writer, "send_headers", None)
+                if send_headers is not None:
+                    send_headers()  # aiohttp >= 3.12 holds the head back until the first body write
+            relay.pending -= 1
+            joined = True
+            if not relay.keep_replay and relay.pending == 0:
+                relay.chunks = []
+            if not relay.done:
+                sub.finished = asyncio.get_running_loop().create_future()
+                relay.live.append(sub)
+                await sub.finished
+            if relay.truncated:
+                raise ConnectionResetError("the upstream stream broke")  # the client must not see an end
+            await response.write_eof()
+            finished = True
+            return response
+        finally:
+            self.open_subscribers -= 1
+            if not joined:
+                relay.pending -= 1
+            if sub in relay.live:
+                relay.live.remove(sub)
+            if not finished:
+                self._left(sub.key)
+
+    def _left(self, key: Subscriber) -> None:
+        now = self.now()
+        actions = self.core.on_subscriber_left(key, now)
+        if self.log.active:
+            self._log({"ev": "left", "t": now, "call": key[0], "attempt": key[1], "actions": actions_of(actions)})
+        self._apply(actions)
+
+    # -- executions --------------------------------------------------------------------------
+
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Cancel):
+                relay = self.relays.get(action.execution_id)
+                if relay is not None and relay.task is not None:
+                    relay.task.cancel()  # closes the upstream connection: the engine aborts
+                self.metrics.fate("cancelled")
+            elif isinstance(action, Dispatch):
+                self._dispatch(self.relays[action.execution_id])
+            elif isinstance(action, Drop):
+                self.relays.pop(action.execution_id, None)
+                self.core.forget(action.execution_id)
+                self.metrics.fate("dropped")
+                if self.log.active:
+                    self._log({"ev": "end", "execution": action.execution_id, "fate": "dropped"})
+            elif isinstance(action, SetTimer):
+                self._arm_timer(action.at_s, action.execution_id)
+
+    def _arm_timer(self, at_s: float, execution_id: int) -> None:
+        delay = max(at_s - self.now(), 0.0) * self._scale
+        handle = asyncio.get_running_loop().call_later(delay, self._timer_due, at_s, execution_id)
+        self._timers[(at_s, execution_id)] = handle
+
+    def _timer_due(self, at_s: float, execution_id: int) -> None:
+        self._timers.pop((at_s, execution_id), None)
+        now = self.now()
+        if now < at_s:  # uvloop's timers have millisecond resolution and may fire a little early
+            self._arm_timer(at_s, execution_id)
+            return
+        actions = self.core.on_timer(execution_id, now)
+        if self.log.active:
+            self._log({"ev": "timer", "t": now, "execution": execution_id, "actions": actions_of(actions)})
+        self._apply(actions)
+
+    def engine_event(self, relay: Relay, kind: str) -> None:
+        now = self.now()
+        actions = self.core.on_engine_event(relay.execution_id, kind, now)
+        if self.log.active:
+            self._log({"ev": "engine", "t": now, "execution": relay.execution_id, "kind": kind,
+                       "actions": actions_of(actions)})
+        self._apply(actions)
+
+    def _dispatch(self, relay: Relay) -> None:
+        assert self._pool is not None
+        relay.ended = asyncio.get_running_loop().create_future()
+        request = self._pool.request_bytes("POST", relay.path, relay.headers, relay.body)
+        sent = self._pool.send_now(request, relay)  # on a pooled connection at once, or in the task
+        relay.task = asyncio.create_task(self._run_upstream(relay, None if sent else request))
+
+    async def _run_upstream(self, relay: Relay, request: bytes | None) -> None:
+        """The execution's life upstream; cancelling this task closes the upstream connection."""
+        assert self._pool is not None and relay.ended is not None
+        outcome = "failed"
+        try:
+            if request is not None:
+                try:
+                    await self._pool.open(request, relay)
+                except OSError as error:
+                    relay.on_end(f"upstream unreachable: {error}")
+                except Exception as error:  # a bug must fail the execution, never hang its subscribers
+                    logger.exception("execution %d failed", relay.execution_id)
+                    relay.on_end(f"proxy error: {error!r}")
+            outcome = await relay.ended
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            if outcome == "cancelled":
+                relay.close_upstream()
+            self._finish(relay, outcome)
+
+    def whole_response(self, relay: Relay) -> str:
+        """A response that is not streamed: it reaches subscribers once it is complete."""
+        if relay.status == 200:
+            self.engine_event(relay, "first_token")
+            self.engine_event(relay, "completed")
+            return "completed"
+        self.engine_event(relay, "refused" if relay.status == 503 else "completed")
+        return "refused" if relay.status == 503 else "failed"
+
+    def _finish(self, relay: Relay, outcome: str) -> None:
+        """The execution ended: wake every subscriber, free its buffers, count its fate."""
+        relay.done = True
+        relay.ready.set()
+        for sub in relay.live:
+            if sub.finished is not None and not sub.finished.done():
+                sub.finished.set_result(None)
+        delivered = relay.subscribers > 0 and (relay.live or relay.pending)
+        self.relays.pop(relay.execution_id, None)
+        self.core.forget(relay.execution_id)
+        if outcome == "cancelled":
+            return  # counted when the cancellation was decided
+        if outcome == "completed":
+            outcome = "completed" if delivered else "orphaned"
+        self.metrics.fate(outcome)
+        if self.log.active:
+            self._log({"ev": "end", "execution": relay.execution_id, "fate": outcome})
+
+    async def _housekeeping(self) -> None:
+        """Flush the log, and read the engine's waiting gauge (as the paper's proxy did from vLLM's
+        /metrics) where a control uses it: the budget's Retry-After and the deadline check."""
+        assert self._session is not None
+        policy = self.settings.policy
+        scrape = policy.retry_budget or policy.deadline_check
+        while True:
+            if scrape:
+                try:
+                    async with self._session.get(self.upstream + "/metrics") as response:
+                        text = await response.read()
+                    self.engine_waiting = int(sum(float(m) for m in _WAITING.findall(text)))
+                except (aiohttp.ClientError, OSError, ValueError):
+                    pass  # keep the last value; the engine may be starting
+            self.log.flush()
+            await asyncio.sleep(min(self.settings.scrape_s, self.log.flush_s))
+
+
+def _forward_headers(request: web.Request) -> dict[str, str]:
+    return {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
+
+
+def _error(status: int, message: str, param: str | None = None,
+           headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=error_body(status, message, param),
+                        headers={"Content-Type": JSON, **(headers or {})})
+
+
+def _refusal(decision: Refuse) -> web.Response:
+    if decision.status == 429:
+        wait = decision.retry_after_s or 0.0
+        headers = {"Retry-After": str(max(1, int(wait + 0.999))), "Retry-After-Ms": str(int(wait * 1000))}
+        return _error(429, "retry budget exhausted", headers=headers)
+    return _error(decision.status, "the proxy estimates this attempt would miss its deadline")
+
+
+def serve_forever(settings: ProxySettings, host: str, port: int) -> None:
+    """Run the proxy until SIGINT or SIGTERM, then close every stream and flush the log."""
+    import signal
+
+    async def main() -> None:
+        server = ProxyServer(settings)
+        bound = await server.start(host, port)
+        print(f"retrybench proxy on http://{host}:{bound} -> {settings.upstream}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await server.stop()
+
+    run_event_loop(main)
+

@@ -1,0 +1,239 @@
+"""The proxy's upstream side: HTTP/1.1 exchanges on pooled keep-alive connections, as callbacks.
+
+A streamed chunk costs one read and one callback: the bytes go to the relay's `on_body` as they
+arrive, still chunk-framed, so the proxy can forward them to its clients unchanged. Closing an
+exchange's connection is how a cancellation reaches the engine (vLLM aborts on a closed stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol, cast
+from urllib.parse import urlsplit
+
+from retrybench.live.http1 import ChunkedScanner, FramingError, ResponseHead, parse_response_head
+
+__all__ = ["Sink", "UpstreamPool"]
+
+MAX_HEAD_BYTES = 64 << 10
+IDLE_REUSE_S = 2.0  # reuse an idle connection only this long (uvicorn closes idle ones after 5 s)
+
+
+class Sink(Protocol):
+    """What receives one exchange's response."""
+
+    def on_head(self, head: ResponseHead) -> None: ...
+
+    def on_first_payload(self, payload: bytes) -> None: ...
+
+    def on_body(self, data: bytes) -> None: ...
+
+    def on_end(self, error: str | None) -> None: ...
+
+    def on_connection(self, connection: _Connection) -> None: ...
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, pool: UpstreamPool) -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.sink: Sink | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.reused = False
+        self._request = b""
+        self._reset()
+
+    def _reset(self) -> None:
+        self._head: ResponseHead | None = None
+        self._buffer = b""
+        self._scanner: ChunkedScanner | None = None
+        self._remaining: int | None = None
+        self._want_payload = True
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
+
+    def data_received(self, data: bytes) -> None:
+        sink = self.sink
+        if sink is None:
+            self.close()  # bytes nobody asked for: the connection cannot be trusted
+            return
+        try:
+            if self._head is None:
+                data = self._read_head(data, sink)
+                if not data or self.sink is None:  # the head is incomplete, or the body was empty
+                    return
+            self._read_body(data, sink)
+        except FramingError as error:
+            self._end(f"bad upstream framing: {error}")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.discard(self)
+        if self.sink is None:
+            return
+        if self._head is None and self.reused and not self._buffer:
+            self.pool.resend(self._request, self.sink)  # an idle connection the server had closed
+            self.sink = None
+            return
+        if self._head is not None and self._scanner is None and self._remaining is None:
+            self._end(None)  # a body delimited by the connection's close
+        else:
+            self._end(f"the upstream closed the connection: {exc or 'end of stream'}")
+
+    # -- one exchange ----------------------------------------------------------------------------
+
+    def start(self, request: bytes, sink: Sink) -> None:
+        assert self.transport is not None
+        self._reset()
+        self._request = request
+        self.sink = sink
+        self.transport.write(request)
+
+    def close(self) -> None:
+        """End the exchange by closing the connection (the engine sees the client leave)."""
+        self.sink = None
+        if self.transport is not None:
+            self.transport.close()
+
+    def _read_head(self, data: bytes, sink: Sink) -> bytes:
+        buffer = self._buffer + data
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buffer) > MAX_HEAD_BYTES:
+                raise FramingError("response head too large")
+            self._buffer = buffer
+            return b""
+        head = parse_response_head(buffer[:end])
+        self._buffer = b""
+        self._head = head
+        if head.chunked:
+            self._scanner = ChunkedScanner()
+        else:
+            self._remaining = head.content_length
+        sink.on_head(head)
+        rest = buffer[end + 4:]
+        if self._remaining == 0:
+            self._end(None)
+        return rest
+
+    def _read_body(self, data: bytes, sink: Sink) -> None:
+        scanner = self._scanner
+        if scanner is not None:
+            if self._want_payload:
+                payload: list[bytes] = []
+                used = scanner.feed(data, payload)
+                first = b"".join(payload)
+                if first:
+                    self._want_payload = False
+                    sink.on_first_payload(first)
+            else:
+                used = scanner.feed(data)
+            sink.on_body(data if used == len(data) else data[:used])
+            if scanner.done:
+                self._end(None)
+            return
+        if self._remaining is not None:
+            data = data[:self._remaining]
+            self._remaining -= len(data)
+        if self._want_payload and data:
+            self._want_payload = False
+            sink.on_first_payload(data)
+        sink.on_body(data)
+        if self._remaining == 0:
+            self._end(None)
+
+    def _end(self, error: str | None) -> None:
+        sink, self.sink = self.sink, None
+        head = self._head
+        if error is None and head is not None and head.keep_alive and not self.closed:
+            self.pool.release(self)
+        elif not self.closed:
+            self.close()
+        if sink is not None:
+            sink.on_end(error)
+
+
+class UpstreamPool:
+    """Keep-alive HTTP/1.1 connections to one upstream, opened as needed, no upper bound."""
+
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"the upstream must be an http:// URL, got {base_url!r}")
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        self.prefix = parts.path.rstrip("/")
+        self._idle: list[_Connection] = []
+        self._busy: set[_Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def request_bytes(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bytes:
+        lines = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host}:{self.port}",
+                 f"Content-Length: {len(body)}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+    def send_now(self, request: bytes, sink: Sink) -> bool:
+        """Send `request` on an idle connection if there is one (no await: the fast path)."""
+        now = time.monotonic()
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.closed and now - connection.idle_since < IDLE_REUSE_S:
+                connection.reused = True
+                self._start(connection, request, sink)
+                return True
+            connection.close()
+        return False
+
+    async def open(self, request: bytes, sink: Sink) -> None:
+        """Send `request` on an idle connection or a new one; the response goes to `sink`."""
+        if self.send_now(request, sink):
+            return
+        loop = asyncio.get_running_loop()
+        _, connection = await loop.create_connection(lambda: _Connection(self), self.host, self.port)
+        connection.reused = False
+        self._start(connection, request, sink)
+
+    def _start(self, connection: _Connection, request: bytes, sink: Sink) -> None:
+        self._busy.add(connection)
+        sink.on_connection(connection)
+        connection.start(request, sink)
+
+    def release(self, connection: _Connection) -> None:
+        self._busy.discard(connection)
+        connection.idle_since = time.monotonic()
+        self._idle.append(connection)
+
+    def discard(self, connection: _Connection) -> None:
+        self._busy.discard(connection)
+        if connection in self._idle:
+            self._idle.remove(connection)
+
+    def resend(self, request: bytes, sink: Sink) -> None:
+        """Retry an exchange whose reused connection turned out closed, on a fresh connection."""
+
+        async def again() -> None:
+            try:
+                for stale in self._idle:
+                    stale.close()
+                self._idle.clear()
+                await self.open(request, sink)
+            except OSError as error:
+                sink.on_end(f"upstream unreachable: {error}")
+
+        task = asyncio.get_running_loop().create_task(again())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def close(self) -> None:
+        for connection in [*self._idle, *self._busy]:
+            connection.close()
+        self._idle.clear()
+        self._busy.clear()
+        for task in self._tasks:
+            task.cancel()
