@@ -73,14 +73,24 @@ def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool) -> None
 @click.option("--no-cache", is_flag=True)
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               default=None, help="Also write the engine's event trace (JSONL) and the run log beside it.")
+@click.option("--engine", default="sim", show_default=True,
+              help="sim (virtual time), engine-server (the engine model over HTTP, started here) or the base "
+                   "URL of a running OpenAI-compatible engine; the last two run live through the proxy.")
+@click.option("--time-scale", type=click.FloatRange(min=1e-3, max=1e3), default=1.0, show_default=True,
+              help=TIME_SCALE_HELP + " Live runs only.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Live runs: where the logs go (default: a new directory under the cache).")
 def run(condition: str, model: str, seed: int, pulse_x: float, max_batched_tokens: int, gpu: str,
-        mixed_prompts: bool, engine_cap: int | None, as_json: bool, no_cache: bool, trace_path: Path | None) -> None:
-    """One paper run on the simulated engine: the trace under one condition."""
+        mixed_prompts: bool, engine_cap: int | None, as_json: bool, no_cache: bool, trace_path: Path | None,
+        engine: str, time_scale: float, workdir: Path | None) -> None:
+    """One paper run: the trace under one condition, on the simulated engine or live."""
     spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
                    max_batched_tokens=max_batched_tokens, mixed_prompts=mixed_prompts, engine_cap=engine_cap,
                    trace=True)
     try:
-        if trace_path is None:
+        if engine != "sim":
+            result = _run_live(spec, engine, time_scale, workdir)
+        elif trace_path is None:
             result = run_one(spec, use_cache=not no_cache)
         else:
             events: list[dict[str, Any]] = []
@@ -198,6 +208,25 @@ def engine_server(model: str, gpu: str, host: str, port: int, time_scale: float,
     serve_forever(settings, host, port)
 
 
+@main.command("make-trace")
+@click.option("--model", type=MODEL_CHOICE, required=True, help="Its C-hat sets the trace's rates.")
+@click.option("--gpu", type=GPU_CHOICE, default="h100", show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--pulse-x", type=click.FloatRange(min=0, max=100), default=2.7, show_default=True)
+@click.option("--mixed-prompts", is_flag=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
+def make_trace(model: str, gpu: str, seed: int, pulse_x: float, mixed_prompts: bool, out: Path) -> None:
+    """Write the paper's trace (base, pulse, hold) for `loadgen` to replay."""
+    from retrybench.config import WorkloadSpec
+    from retrybench.workload import generate_trace, save_trace
+
+    chat = float(calibration_for(model, gpu, mixed_prompts)["chat"])
+    trace = generate_trace(WorkloadSpec(chat_calls_per_s=chat, pulse_rate_x=pulse_x, mixed_prompts=mixed_prompts),
+                           seed)
+    save_trace(trace, out)
+    console.print(f"{len(trace.calls)} calls over {trace.end_s:.0f} s (C-hat {chat:.3f}/s) -> {out}")
+
+
 @main.command()
 @click.option("--trace", "trace_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
               help="A saved trace (retrybench-trace/1).")
@@ -225,6 +254,28 @@ def loadgen(trace_file: Path, target: str, condition: str, seed: int, time_scale
     lateness = result.meta["send_lateness"]
     console.print(f"{len(result.calls)} calls, {len(result.attempts)} attempts; send lateness "
                   f"p50 {lateness['p50_ms']:.3f} ms, p99 {lateness['p99_ms']:.3f} ms")
+
+
+def _run_live(spec: RunSpec, engine: str, time_scale: float, workdir: Path | None) -> dict[str, Any]:
+    """A live run through the real proxy and load generator; its summary and where its logs are."""
+    import tempfile
+
+    from retrybench.live.run import run_live
+    from retrybench.runner import cache_dir
+
+    if engine != "engine-server" and not engine.startswith("http://"):
+        raise click.UsageError(f"--engine must be sim, engine-server or an http:// URL, got {engine!r}")
+    if engine != "engine-server" and time_scale != 1.0:
+        raise click.UsageError("an external engine runs in real time: --time-scale applies to engine-server only")
+    chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts)["chat"])
+    if workdir is None:
+        (cache_dir() / "live").mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix=f"{spec.condition}-", dir=cache_dir() / "live"))
+    console.print(f"live run: {spec.condition}, {947 * time_scale:.0f}+ s wall; logs in {workdir}")
+    live = run_live(spec, time_scale=time_scale, workdir=workdir, chat=chat,
+                    engine_url=None if engine == "engine-server" else engine)
+    return {**live.log.meta, **summarize(live.log), "send_lateness": live.load.meta["send_lateness"],
+            "workdir": str(workdir)}
 
 
 def _show(results: list[dict[str, Any]], as_json: bool) -> None:

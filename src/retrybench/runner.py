@@ -24,14 +24,15 @@ from typing import Any
 
 from retrybench import __version__
 from retrybench.analysis import section5, summarize
-from retrybench.config import EngineConfig, WorkloadSpec, load_condition
+from retrybench.config import Condition, EngineConfig, WorkloadSpec, load_condition
 from retrybench.engine.profiles import profile_for
 from retrybench.runlog import RunLog
 from retrybench.sim.calibrate import RepeatedCalibration, calibrate_repeated
 from retrybench.sim.run import simulate
 from retrybench.workload import generate_trace
 
-__all__ = ["RunSpec", "cache_dir", "calibration_for", "code_version", "run_many", "run_one", "simulate_spec"]
+__all__ = ["RunSpec", "cache_dir", "calibration_for", "code_version", "engine_config_for", "run_many", "run_one",
+           "simulate_spec"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,16 +125,21 @@ def calibration_for(model: str, gpu: str = "h100", mixed_prompts: bool = False,
     return _cached_json(path, compute, use_cache)
 
 
+def engine_config_for(spec: RunSpec, condition: Condition, chat: float) -> tuple[EngineConfig, int | None]:
+    """The engine arguments of a run, with its queue cap resolved ("auto" = ceil(120 x C-hat))."""
+    cap = spec.engine_cap if spec.engine_cap is not None else condition.engine_cap
+    if cap == "auto":
+        cap = math.ceil(round(120 * chat, 6))  # robust to float noise
+    resolved = cap if isinstance(cap, int) else None
+    return EngineConfig(max_num_batched_tokens=spec.max_batched_tokens, max_num_queued_reqs=resolved), resolved
+
+
 def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str, Any]] | None = None) -> RunLog:
     """The run log of one spec on the simulated engine."""
     condition = load_condition(spec.condition)
     if chat is None:
         chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts)["chat"])
-    cap = spec.engine_cap if spec.engine_cap is not None else condition.engine_cap
-    if cap == "auto":
-        cap = math.ceil(round(120 * chat, 6))  # ceil(120 x C-hat), robust to float noise
-    engine = EngineConfig(max_num_batched_tokens=spec.max_batched_tokens,
-                          max_num_queued_reqs=cap if isinstance(cap, int) else None)
+    engine, cap = engine_config_for(spec, condition, chat)
     profile = profile_for(spec.model, spec.gpu, engine)
     workload = WorkloadSpec(chat_calls_per_s=chat, pulse_rate_x=spec.pulse_x, mixed_prompts=spec.mixed_prompts)
     calls = generate_trace(workload, spec.seed).calls

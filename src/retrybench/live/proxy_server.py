@@ -482,11 +482,10 @@ class ProxyServer:
         delivered = relay.subscribers > 0 and (relay.live or relay.pending)
         self.relays.pop(relay.execution_id, None)
         self.core.forget(relay.execution_id)
-        if outcome == "cancelled":
-            return  # counted when the cancellation was decided
         if outcome == "completed":
             outcome = "completed" if delivered else "orphaned"
-        self.metrics.fate(outcome)
+        if outcome != "cancelled":  # cancellations are counted when they are decided
+            self.metrics.fate(outcome)
         if self.log.active:
             self._log({"ev": "end", "execution": relay.execution_id, "fate": outcome})
 

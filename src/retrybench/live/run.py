@@ -1,0 +1,159 @@
+"""One paper run, live: load generator -> proxy -> engine over real HTTP on loopback, then the run log.
+
+The engine server and the proxy run as processes of their own (as they would be deployed); the
+load generator and a 1-per-trace-second scraper of both /metrics endpoints share this process's
+event loop. Every clock runs `time_scale` wall seconds per trace second, so a 947-s paper run
+takes 947 x time_scale wall seconds and the same trace meets the same engine model as in the
+simulator. The engine may be external (`engine_url`): a vLLM, or an engine server started elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from retrybench.config import WorkloadSpec, load_condition
+from retrybench.engine.profiles import profile_for
+from retrybench.live.aio import run_event_loop
+from retrybench.live.assemble import Scrape, assemble_run_log
+from retrybench.live.engine_server import EngineServerSettings
+from retrybench.live.eventlog import read_event_log
+from retrybench.live.launch import ServerProcess, engine_server_command, free_port
+from retrybench.live.loadgen import LoadgenSettings, LoadResult, run_load
+from retrybench.runlog import RunLog
+from retrybench.runner import RunSpec, engine_config_for
+from retrybench.workload import Trace, generate_trace
+
+__all__ = ["LiveRun", "run_live"]
+
+_GAUGE = re.compile(rb"^([a-z_:]+)(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveRun:
+    log: RunLog
+    load: LoadResult
+    workdir: Path
+
+
+def _metric_sums(text: bytes) -> dict[str, float]:
+    sums: dict[str, float] = {}
+    for name, value in _GAUGE.findall(text):
+        key = name.decode()
+        sums[key] = sums.get(key, 0.0) + float(value)
+    return sums
+
+
+async def _scrape(session: aiohttp.ClientSession, engine: str, proxy: str) -> Scrape:
+    async with session.get(engine + "/metrics") as response:
+        e = _metric_sums(await response.read())
+    async with session.get(proxy + "/metrics") as response:
+        p = _metric_sums(await response.read())
+    return Scrape(at_unix=time.time(), engine_waiting=int(e.get("vllm:num_requests_waiting", 0)),
+                  engine_running=int(e.get("vllm:num_requests_running", 0)),
+                  proxy_waiting=int(p.get("retrybench_proxy_queue_depth", 0)),
+                  prompt_tokens_total=int(e.get("vllm:prompt_tokens_total", 0)),
+                  prefix_cache_queries_total=int(e.get("vllm:prefix_cache_queries_total", 0)))
+
+
+async def _drive(trace: Trace, settings: LoadgenSettings, engine: str, proxy: str,
+                 every_s: float) -> tuple[LoadResult, list[Scrape]]:
+    scrapes: list[Scrape] = []
+    done = asyncio.Event()
+
+    async def scraper() -> None:
+        async with aiohttp.ClientSession() as session:
+            next_at = time.monotonic()
+            while not done.is_set():
+                # A missed scrape leaves the previous sample in place, as Prometheus would.
+                with contextlib.suppress(aiohttp.ClientError, OSError):
+                    scrapes.append(await _scrape(session, engine, proxy))
+                next_at += every_s
+                await asyncio.sleep(max(next_at - time.monotonic(), 0.0))
+
+    task = asyncio.create_task(scraper())
+    try:
+        load = await run_load(trace, settings)
+    finally:
+        done.set()
+        await task
+    return load, scrapes
+
+
+def run_live(spec: RunSpec, *, time_scale: float, workdir: Path, chat: float, stream_interval: int = 64,
+             engine_url: str | None = None) -> LiveRun:
+    """Run `spec` live and return its run log (the same schema the simulator writes)."""
+    condition = load_condition(spec.condition)
+    engine_config, cap = engine_config_for(spec, condition, chat)
+    workload = WorkloadSpec(chat_calls_per_s=chat, pulse_rate_x=spec.pulse_x, mixed_prompts=spec.mixed_prompts)
+    trace = generate_trace(workload, spec.seed)
+    workdir.mkdir(parents=True, exist_ok=True)
+    proxy_log = workdir / "proxy-decisions.jsonl"
+    with _engine(spec, engine_url, time_scale, cap, stream_interval, workdir) as engine:
+        port = free_port()
+        proxy_argv = [sys.executable, "-m", "retrybench", "proxy", "--upstream", engine, "--port", str(port),
+                      "--policy", spec.condition, "--log", str(proxy_log), "--time-scale", repr(time_scale)]
+        proxy_url = f"http://127.0.0.1:{port}"
+        with ServerProcess(proxy_argv, health_url=proxy_url + "/health", log_path=workdir / "proxy.log"):
+            settings = LoadgenSettings(target=proxy_url, client=condition.client, seed=spec.seed,
+                                       time_scale=time_scale)
+            box: list[tuple[LoadResult, list[Scrape]]] = []
+
+            async def main() -> None:
+                box.append(await _drive(trace, settings, engine, proxy_url, time_scale))
+
+            run_event_loop(main)
+    load, scrapes = box[0]
+    (workdir / "loadgen.json").write_text(load.to_json())
+    header, events = read_event_log(proxy_log)
+    ends = [c.delivered_s or c.failed_s or 0.0 for c in load.calls]
+    end_s = max([trace.end_s, *ends])
+    meta: dict[str, Any] = {
+        **asdict(spec), "chat": chat, "pulse_start_s": workload.pulse_start_s, "pulse_end_s": workload.pulse_end_s,
+        "hold_end_s": workload.hold_end_s, "attempt_timeout_s": condition.client.attempt_timeout_s,
+        "delivery_horizon_s": 840.0, "engine_cap": cap,
+        "kv_blocks": profile_for(spec.model, spec.gpu, engine_config).kv_blocks,
+        "engine_url": engine_url or "engine-server", "stream_interval": stream_interval,
+    }
+    log = assemble_run_log(load_meta=load.meta, calls=load.calls, attempts=load.attempts,
+                           call_ids=[c.call_id for c in trace.calls], proxy_header=header, proxy_events=events,
+                           scrapes=scrapes, meta=meta, end_s=end_s)
+    (workdir / "runlog.json").write_text(log.to_json())
+    return LiveRun(log=log, load=load, workdir=workdir)
+
+
+class _engine:
+    """The engine's base URL: an external one, or an engine server started for this run."""
+
+    def __init__(self, spec: RunSpec, url: str | None, time_scale: float, cap: int | None, stream_interval: int,
+                 workdir: Path) -> None:
+        self.url = url
+        self.process: ServerProcess | None = None
+        if url is None:
+            port = free_port()
+            settings = EngineServerSettings(model=spec.model, gpu=spec.gpu, time_scale=time_scale,
+                                            max_num_queued_reqs=cap, stream_interval=stream_interval)
+            if spec.max_batched_tokens != 8192:
+                raise ValueError("the engine server serves the default max_num_batched_tokens (8192) only")
+            self.url = f"http://127.0.0.1:{port}"
+            self.process = ServerProcess(engine_server_command(settings, port), health_url=self.url + "/health",
+                                         log_path=workdir / "engine.log")
+
+    def __enter__(self) -> str:
+        if self.process is not None:
+            self.process.__enter__()
+        assert self.url is not None
+        return self.url.rstrip("/")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            self.process.__exit__(None, None, None)
+

@@ -1,0 +1,55 @@
+"""HTTP/1.1 framing the proxy relays without re-encoding: the chunked scanner over any split of the bytes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from retrybench.live.http1 import ChunkedScanner, FramingError, frame_chunk, parse_response_head
+
+
+def chunked(payloads: list[bytes], trailer: bytes = b"") -> bytes:
+    return b"".join(frame_chunk(p) for p in payloads if p) + b"0\r\n" + trailer + b"\r\n"
+
+
+@given(payloads=st.lists(st.binary(min_size=1, max_size=300), max_size=8),
+       cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=10),
+       after=st.binary(max_size=20))
+def test_any_split_finds_the_end_and_the_payload(payloads: list[bytes], cuts: list[int], after: bytes) -> None:
+    body = chunked(payloads)
+    data = body + after  # bytes after the body's end belong to the next response
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    for collect in (True, False):  # with the payload, and the framing-only fast path
+        scanner, payload, used = ChunkedScanner(), [], 0
+        for start, end in itertools.pairwise(points):
+            if scanner.done:
+                break
+            used += scanner.feed(data[start:end], payload if collect else None)
+        assert scanner.done
+        assert used == len(body)
+        assert b"".join(payload) == (b"".join(payloads) if collect else b"")
+
+
+def test_chunk_extensions_and_trailers_are_skipped() -> None:
+    scanner, payload = ChunkedScanner(), []
+    data = b"5;name=value\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n"
+    assert scanner.feed(data, payload) == len(data) and scanner.done and payload == [b"hello"]
+
+
+@pytest.mark.parametrize("bad", [b"zz\r\n", b"5\r\nhelloXX", b"-1\r\n", b"1" * 9000])
+def test_bad_framing_is_an_error(bad: bytes) -> None:
+    with pytest.raises(FramingError):
+        ChunkedScanner().feed(bad)
+
+
+def test_the_response_head() -> None:
+    head = parse_response_head(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked")
+    assert head.status == 200 and head.chunked and head.keep_alive and head.content_length is None
+    head = parse_response_head(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 12\r\nConnection: close")
+    assert head.status == 503 and not head.chunked and head.content_length == 12 and not head.keep_alive
+    for bad in (b"HTTP/2 200", b"garbage", b"HTTP/1.1 200 OK\r\nno colon here"):
+        with pytest.raises(FramingError):
+            parse_response_head(bad)

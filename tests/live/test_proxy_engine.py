@@ -1,0 +1,344 @@
+"""The live proxy in front of the engine server: what a policy decides must reach the engine.
+
+Each test runs one event loop holding the engine server, the proxy and an aiohttp client, so every
+request crosses real loopback sockets twice. The engine runs at a small time scale; the tests read
+its state from /retrybench/engine and its core's per-request stats (the engine's rid is not the
+proxy's execution id: a test finds its request as the newest rid once it was sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from retrybench.analysis.conformance import replay
+from retrybench.config import ProxyPolicy, load_condition
+from retrybench.engine.core import ExecutionStats
+from retrybench.live.aio import run_event_loop
+from retrybench.live.engine_server import EngineServer, EngineServerSettings
+from retrybench.live.proxy_server import ProxyServer, ProxySettings
+from retrybench.tracefile import read_trace
+
+pytestmark = pytest.mark.live
+
+MODEL = "qwen2.5-7b-instruct"
+PREFIX = list(range(2000))  # the shared prefix of every short prompt
+LONG = 30_000  # tokens: four full prefill steps, time to act before the first token
+
+
+def prompt(i: int) -> list[int]:
+    """2,100 token ids: the shared prefix and a suffix of its own."""
+    return PREFIX + [50_000 + 100 * i + j for j in range(100)]
+
+
+def long_prompt(i: int) -> list[int]:
+    return [100_000 + LONG * i + j for j in range(LONG)]
+
+
+def completion(tokens: list[int], max_tokens: int, stream: bool = True) -> dict[str, Any]:
+    return {"model": MODEL, "prompt": tokens, "max_tokens": max_tokens, "stream": stream, "ignore_eos": True}
+
+
+def policy(name: str, **overrides: Any) -> ProxyPolicy:
+    return replace(load_condition(name).proxy, **overrides)
+
+
+@dataclass
+class Stack:
+    engine: EngineServer
+    proxy: ProxyServer
+    url: str  # the proxy's
+    engine_url: str
+    session: aiohttp.ClientSession
+
+    def post(self, payload: dict[str, Any], key: str | None = None) -> Any:
+        """An attempt through the proxy."""
+        headers = {"Authorization": "Bearer tenant-a"} | ({} if key is None else {"Idempotency-Key": key})
+        return self.session.post(self.url + "/v1/completions", json=payload, headers=headers)
+
+    def direct(self, payload: dict[str, Any]) -> Any:
+        """A request straight to the engine (load that the proxy does not see)."""
+        return self.session.post(self.engine_url + "/v1/completions", json=payload)
+
+    async def engine_state(self) -> dict[str, Any]:
+        async with self.session.get(self.engine_url + "/retrybench/engine") as response:
+            state: dict[str, Any] = await response.json()
+            return state
+
+    async def metric(self, name: str, **labels: str) -> float:
+        async with self.session.get(self.url + "/metrics") as response:
+            text = await response.text()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return float(sample.value)
+        raise AssertionError(f"no sample {name} {labels} in the proxy's /metrics")
+
+    async def newest(self, seen: int) -> ExecutionStats:
+        """The engine's stats of the request that arrives after `seen` requests."""
+        stats = self.engine.core.stats
+        await until(lambda: len(stats) > seen, "the request to reach the engine")
+        return stats[max(stats)]
+
+    async def settle(self) -> None:
+        """The proxy holds no execution and no subscriber (else it leaked one)."""
+        await until(lambda: not self.proxy.relays and self.proxy.open_subscribers == 0, "the proxy to settle")
+
+
+async def until(condition: Callable[[], bool], what: str, timeout_s: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        await asyncio.sleep(0.002)
+
+
+@asynccontextmanager
+async def stack(chosen: ProxyPolicy, engine: dict[str, Any], proxy: dict[str, Any]) -> AsyncIterator[Stack]:
+    engine_server = EngineServer(EngineServerSettings(model=MODEL, **engine))
+    engine_url = f"http://127.0.0.1:{await engine_server.start()}"
+    proxy_server = ProxyServer(ProxySettings(upstream=engine_url, policy=chosen, keep_log=True, **proxy))
+    url = f"http://127.0.0.1:{await proxy_server.start('127.0.0.1', 0)}"
+    session = aiohttp.ClientSession()
+    try:
+        yield Stack(engine_server, proxy_server, url, engine_url, session)
+    finally:
+        await session.close()
+        await proxy_server.stop()
+        await engine_server.stop()
+
+
+def run(chosen: ProxyPolicy, test: Callable[[Stack], Awaitable[None]], timeout_s: float = 10.0,
+        proxy: dict[str, Any] | None = None, **engine: Any) -> None:
+    engine.setdefault("time_scale", 0.05)
+
+    async def main() -> None:
+        async with stack(chosen, engine, proxy or {}) as s:
+            await asyncio.wait_for(test(s), timeout_s)
+
+    run_event_loop(main)
+
+
+def sse_events(raw: bytes) -> list[Any]:
+    """The `data:` payloads of an SSE body, JSON-decoded except the final [DONE]."""
+    events: list[Any] = []
+    for block in raw.decode().split("\n\n"):
+        if block.strip():
+            assert block.startswith("data: "), block
+            payload = block[len("data: "):]
+            events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def texts(raw: bytes) -> list[str]:
+    """The text of each streamed chunk, after checking that the stream ended with [DONE]."""
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]", events[-3:]
+    return [event["choices"][0]["text"] for event in events[:-1]]
+
+
+# -- a client leaving -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cancel", [True, False], ids=["cancel-on", "cancel-off"])
+@pytest.mark.parametrize("moment", ["waiting", "prefill", "mid_stream"])
+def test_a_client_leaving_aborts_the_engine_request_only_with_cancellation(moment: str, cancel: bool,
+                                                                           tmp_path: Path) -> None:
+    """Cancellation on: the abort reaches the engine within 0.5 s wherever the request was (queued in
+    the engine, in prefill, streaming). Off: the engine runs it to completion for nobody."""
+    trace_path = tmp_path / "trace.jsonl"
+    result: dict[str, int] = {}
+
+    async def test(s: Stack) -> None:
+        holders = []
+        if moment == "waiting":  # two long prefills ahead of it keep the next request waiting
+            for i in range(2):
+                holders.append(await s.direct(completion(long_prompt(i), 2000)).__aenter__())
+            await s.newest(1)
+        seen = len(s.engine.core.stats)
+        if moment == "prefill":
+            payload = completion(long_prompt(9), 20)
+        else:
+            payload = completion(prompt(0), 2000 if cancel and moment == "mid_stream" else 300)
+        response = await s.post(payload, key="call-1").__aenter__()
+        assert response.status == 200
+        mine = await s.newest(seen)
+        result["rid"] = mine.rid
+        if moment == "waiting":
+            assert mine.first_scheduled_s is None and (await s.engine_state())["waiting"] >= 1
+        elif moment == "prefill":
+            await until(lambda: mine.first_scheduled_s is not None, "its prefill to start")
+            assert mine.first_token_s is None
+        else:
+            for _ in range(3):
+                await response.content.readuntil(b"\n\n")
+            assert mine.finished_s is None
+        before = await s.engine_state()
+        left = time.monotonic()
+        response.close()
+        if cancel:
+            while True:
+                after = await s.engine_state()
+                if after["live"] < before["live"]:
+                    break
+                assert time.monotonic() - left < 0.5, f"the engine still holds it: {after}"
+                await asyncio.sleep(0.002)
+            assert after["aborted"] == before["aborted"] + 1 and after["pending"] == before["pending"] - 1
+            counts = {"waiting": "waiting", "prefill": "running", "mid_stream": "running"}[moment]
+            assert after[counts] < before[counts]
+            assert mine.abort_requested_s is not None and mine.finished_s is None
+            await s.settle()
+            assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 1
+        for holder in holders:
+            holder.close()
+        if not cancel:
+            await until(lambda: mine.finished_s is not None, "the orphan to finish")
+            assert mine.abort_requested_s is None
+            await s.settle()
+            assert await s.metric("retrybench_proxy_executions_total", fate="orphaned") == 1
+            assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 0
+
+    chosen = policy("retries-on-cancel-on" if cancel else "retries-on-cancel-off")
+    run(chosen, test, time_scale=0.2, trace_path=trace_path)
+    _, events = read_trace(trace_path)
+    kinds = [e["event"] for e in events if e.get("execution") == result["rid"]]
+    assert ("abort_requested" in kinds) == cancel and ("finished" in kinds) == (not cancel)
+    if cancel and moment != "mid_stream":
+        assert "first_token" not in kinds  # aborted before it produced anything
+
+
+# -- coalescing and deferral ------------------------------------------------------------------------
+
+
+def test_a_retry_with_the_same_key_attaches_and_gets_the_whole_output() -> None:
+    payload = completion(prompt(1), 800)
+
+    async def test(s: Stack) -> None:
+        async with s.post(payload, key="unbroken") as response:
+            unbroken = texts(await response.read())
+        seen = len(s.engine.core.stats)
+        first = await s.post(payload, key="call-1").__aenter__()
+        assert first.headers["X-Retrybench-Attached"] == "0"
+        await first.content.readuntil(b"\n\n")
+        first.close()  # its client timed out; cancellation is off, so the execution runs on
+        await asyncio.sleep(0.02)
+        async with s.post(payload, key="call-1") as retry:
+            assert retry.headers["X-Retrybench-Attached"] == "1"
+            assert retry.headers["X-Retrybench-Execution"] == first.headers["X-Retrybench-Execution"]
+            attached = texts(await retry.read())
+        assert "".join(attached) == "".join(unbroken) == " tok" * 800
+        assert len(attached) == len(unbroken)  # replayed from the first chunk, then live
+        assert len(s.engine.core.stats) == seen + 1  # both attempts were served by one engine request
+        await s.settle()
+        assert await s.metric("retrybench_proxy_executions_total", fate="attached") == 1
+
+    run(policy("coalescing"), test)
+
+
+def test_deferred_cancellation_aborts_after_w_only_when_nobody_reattached() -> None:
+    w = 0.3
+
+    async def test(s: Stack) -> None:
+        payload = completion(prompt(2), 6000)  # ~1.7 s wall: longer than the test
+        first = await s.post(payload, key="call-1").__aenter__()
+        mine = await s.newest(0)
+        await first.content.readuntil(b"\n\n")
+        first.close()
+        await asyncio.sleep(0.1)  # within W: the execution lives
+        assert mine.abort_requested_s is None
+        retry = await s.post(payload, key="call-1").__aenter__()
+        assert retry.headers["X-Retrybench-Attached"] == "1"
+        await asyncio.sleep(w)  # the first attempt's timer falls due while the retry is attached
+        assert mine.abort_requested_s is None
+        retry.close()
+        left = time.monotonic()
+        await asyncio.sleep(w / 2)
+        assert mine.abort_requested_s is None
+        await until(lambda: mine.abort_requested_s is not None, "the deferred cancellation", timeout_s=1.0)
+        assert w <= time.monotonic() - left < w + 0.5
+        assert len(s.engine.core.stats) == 1 and mine.finished_s is None
+        await s.settle()
+
+    run(policy("deferred-cancellation", defer_s=w), test)
+
+
+# -- refusals ---------------------------------------------------------------------------------------
+
+
+def test_a_retry_beyond_the_budget_gets_429_and_never_reaches_the_engine() -> None:
+    async def test(s: Stack) -> None:
+        payload = completion(prompt(3), 5, stream=False)
+        async with s.post(payload, key="call-1") as first:
+            assert first.status == 200
+            assert len((await first.json())["choices"][0]["text"].split()) == 5
+        async with s.post(payload, key="call-1") as retry:
+            assert retry.status == 429
+            assert int(retry.headers["Retry-After"]) >= 1
+            assert (await retry.json())["error"]["type"] == "RateLimitError"
+        assert len(s.engine.core.stats) == 1
+        assert (await s.engine_state())["successes"] == 1
+        assert await s.metric("retrybench_proxy_decisions_total", decision="refused_429") == 1
+
+    run(policy("retry-budget-cancel-on"), test)
+
+
+def test_the_engines_queue_cap_503_passes_through_in_both_forms() -> None:
+    async def test(s: Stack) -> None:
+        holder = await s.direct(completion(prompt(4), 2000)).__aenter__()
+        await s.newest(0)
+        async with s.post(completion(prompt(5), 5, stream=False)) as plain:
+            assert plain.status == 503
+            error = (await plain.json())["error"]
+        assert error["code"] == 503 and error["type"] == "ServiceUnavailableError"
+        async with s.post(completion(prompt(6), 5)) as streamed:
+            assert streamed.status == 200  # vLLM refuses a stream inside it: an SSE error event
+            events = sse_events(await streamed.read())
+        assert events[0]["error"]["code"] == 503 and events[1:] == ["[DONE]"]
+        holder.close()
+        await s.settle()
+        assert s.engine.refused == 2
+        assert await s.metric("retrybench_proxy_executions_total", fate="refused") == 2
+        assert await s.metric("retrybench_proxy_executions_total", fate="completed") == 0
+
+    run(policy("no-control"), test, max_num_queued_reqs=1)
+
+
+# -- conformance ------------------------------------------------------------------------------------
+
+
+def test_the_decision_log_of_a_mixed_workload_replays_with_the_same_decisions() -> None:
+    """A dozen concurrent calls, half leaving early and retried with their key, then one left alone:
+    the simulator's core, fed the live log, decides the same creates, attaches and cancellations."""
+    chosen = policy("deferred-cancellation", defer_s=0.2)
+
+    async def test(s: Stack) -> None:
+        async def attempt(i: int, leave_after_chunks: int | None, n: int) -> None:
+            async with s.post(completion(prompt(10 + i), n), key=f"call-{i}") as response:
+                if leave_after_chunks is None:
+                    assert len(texts(await response.read())) > 1
+                    return
+                for _ in range(leave_after_chunks):
+                    await response.content.readuntil(b"\n\n")
+                response.close()
+
+        await asyncio.gather(*(attempt(i, 2 if i % 2 else None, 1000 if i % 2 else 20) for i in range(12)))
+        await asyncio.gather(*(attempt(i, None, 1000) for i in range(1, 12, 2)))  # the retries attach
+        await attempt(99, 1, 3000)
+        await asyncio.sleep(0.4)  # its deferred cancellation falls due
+        await s.settle()
+        checked, mismatches = replay(chosen, s.proxy.log.events)
+        assert mismatches == []
+        assert (checked.get("create"), checked.get("attach"), checked.get("cancel")) == (13, 6, 1)
+        assert len(s.engine.core.stats) == 13 and s.engine.aborts == 1
+
+    run(chosen, test)
