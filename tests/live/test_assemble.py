@@ -1,0 +1,41 @@
+"""Joining a live run's records: scrapes resampled to whole trace seconds, proxy decisions to executions."""
+
+from __future__ import annotations
+
+from retrybench.live.assemble import Scrape, assemble_run_log, resample
+from retrybench.live.run import _metric_sums
+
+
+def scrape(at: float, waiting: int) -> Scrape:
+    return Scrape(at_unix=at, engine_waiting=waiting, engine_running=1, proxy_waiting=0, prompt_tokens_total=10,
+                  prefix_cache_queries_total=20)
+
+
+def test_each_trace_second_takes_the_latest_scrape_before_it() -> None:
+    scrapes = [scrape(100.00, 0), scrape(100.09, 5), scrape(100.21, 7)]
+    samples = resample(scrapes, t0_unix=100.0, time_scale=0.1, end_s=3.0)  # trace s 0, 1, 2 at 100.0/.1/.2
+    assert samples.engine_waiting == [0, 5, 5]
+    assert resample(scrapes, 100.0, 0.1, 4.0).engine_waiting == [0, 5, 5, 7]
+
+
+def test_metric_sums_add_label_sets() -> None:
+    text = b'vllm:num_requests_waiting{engine="0"} 3.0\nvllm:num_requests_waiting{engine="1"} 2.0\n# HELP x\n'
+    assert _metric_sums(text) == {"vllm:num_requests_waiting": 5.0}
+
+
+def test_proxy_decisions_become_executions_on_the_trace_clock() -> None:
+    # The proxy started 0.5 wall s after the load generator's t0, at time scale 0.1: +5 trace s.
+    events = [
+        {"ev": "attempt", "t": 1.0, "call": 0, "attempt": 0, "call_id": "c-1", "client_attempt": "0",
+         "prompt_tokens": 50, "decision": "create", "execution": 0, "dispatch": True},
+        {"ev": "engine", "t": 2.0, "execution": 0, "kind": "first_token", "actions": []},
+        {"ev": "left", "t": 3.0, "call": 0, "attempt": 0, "actions": [["cancel", 0]]},
+        {"ev": "end", "t": 3.0, "execution": 0, "fate": "cancelled"},
+    ]
+    log = assemble_run_log(load_meta={"time_scale": 0.1, "t0_unix": 1000.0}, calls=[], attempts=[],
+                           call_ids=["c-0", "c-1"], proxy_header={"t0_unix": 1000.5}, proxy_events=events,
+                           scrapes=[], meta={}, end_s=10.0)
+    (execution,) = log.executions
+    assert execution.call_index == 1 and execution.created_s == 6.0 and execution.accepted_s == 6.0
+    assert execution.first_token_s == 7.0 and execution.abort_requested_s == 8.0
+    assert execution.fate == "cancelled" and log.meta["live"] is True
