@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from retrybench.live.aio import metric_sums
 from retrybench.live.assemble import Scrape, assemble_run_log, resample
-from retrybench.live.run import _metric_sums
 
 
 def scrape(at: float, waiting: int) -> Scrape:
@@ -20,7 +20,7 @@ def test_each_trace_second_takes_the_latest_scrape_before_it() -> None:
 
 def test_metric_sums_add_label_sets() -> None:
     text = b'vllm:num_requests_waiting{engine="0"} 3.0\nvllm:num_requests_waiting{engine="1"} 2.0\n# HELP x\n'
-    assert _metric_sums(text) == {"vllm:num_requests_waiting": 5.0}
+    assert metric_sums(text) == {"vllm:num_requests_waiting": 5.0}
 
 
 def test_proxy_decisions_become_executions_on_the_trace_clock() -> None:

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from retrybench.config import EngineConfig
 from retrybench.engine.core import EngineCore
 from retrybench.engine.profiles import profile_for
+from retrybench.live.aio import run_event_loop, until_signalled
 from retrybench.live.openai_api import error_body
 from retrybench.tracefile import write_trace
 
@@ -441,23 +442,13 @@ def _report_crash(task: asyncio.Task[None]) -> None:
 
 def serve_forever(settings: EngineServerSettings, host: str, port: int) -> None:
     """Run until SIGINT or SIGTERM, then end every stream and flush the trace."""
-    import signal
 
     async def main() -> None:
         server = EngineServer(settings)
         bound = await server.start(host, port)
         print(f"retrybench engine-server ready on http://{host}:{bound} ({server.model_name} on {settings.gpu}, "
               f"time scale {settings.time_scale})", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await until_signalled()
         await server.stop()
 
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is not built for every platform
-        asyncio.run(main())
-        return
-    uvloop.run(main())
+    run_event_loop(main)

@@ -18,7 +18,6 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 
 from retrybench.client import CallDelivered, CallFailed, RetryingClient, SendAttempt
 from retrybench.config import ClientPolicy
+from retrybench.live.aio import run_event_loop
 from retrybench.runlog import COMPLETED, ERROR, REFUSED_429, REFUSED_503, TIMED_OUT, AttemptRecord, CallRecord
 from retrybench.workload import Trace
 
@@ -433,14 +433,6 @@ async def run_load(trace: Trace, settings: LoadgenSettings) -> LoadResult:
     return await _Load(trace, settings).run()
 
 
-def _run(main: Coroutine[Any, Any, LoadResult]) -> LoadResult:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
-
-
 def _write(path: Path, result: LoadResult) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -457,7 +449,7 @@ def run_loadgen(trace: Trace, settings: LoadgenSettings, out: Path | None) -> Lo
     """run_load on uvloop when installed; writes `out` atomically, also (marked interrupted) if the run dies."""
     load = _Load(trace, settings)
     try:
-        result = _run(load.run())
+        result = run_event_loop(load.run)
     except BaseException:
         if out is not None:
             _write(out, load.result(interrupted=True))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
@@ -38,7 +37,7 @@ from retrybench.control.proxy import (
     SetTimer,
     Subscriber,
 )
-from retrybench.live.aio import bound_port, run_event_loop
+from retrybench.live.aio import bound_port, metric_sums, run_event_loop, until_signalled
 from retrybench.live.eventlog import EventLog
 from retrybench.live.http1 import ChunkedScanner, ResponseHead, frame_chunk
 from retrybench.live.openai_api import BadRequest, call_identity, coalescing_key, error_body, parse_request
@@ -52,7 +51,6 @@ FORWARDED_HEADERS = ("Authorization", "Content-Type", "Accept")
 JSON = "application/json"
 logger = logging.getLogger(__name__)
 MAX_CLIENT_BUFFER = 4 << 20  # bytes queued for one client before it counts as gone
-_WAITING = re.compile(rb"^vllm:num_requests_waiting(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -500,7 +498,7 @@ class ProxyServer:
                 try:
                     async with self._session.get(self.upstream + "/metrics") as response:
                         text = await response.read()
-                    self.engine_waiting = int(sum(float(m) for m in _WAITING.findall(text)))
+                    self.engine_waiting = int(metric_sums(text).get("vllm:num_requests_waiting", 0.0))
                 except (aiohttp.ClientError, OSError, ValueError):
                     pass  # keep the last value; the engine may be starting
             self.log.flush()
@@ -527,17 +525,12 @@ def _refusal(decision: Refuse) -> web.Response:
 
 def serve_forever(settings: ProxySettings, host: str, port: int) -> None:
     """Run the proxy until SIGINT or SIGTERM, then close every stream and flush the log."""
-    import signal
 
     async def main() -> None:
         server = ProxyServer(settings)
         bound = await server.start(host, port)
         print(f"retrybench proxy on http://{host}:{bound} -> {settings.upstream}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await until_signalled()
         await server.stop()
 
     run_event_loop(main)

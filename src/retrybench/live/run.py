@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -22,7 +21,7 @@ import aiohttp
 
 from retrybench.config import WorkloadSpec, load_condition
 from retrybench.engine.profiles import profile_for
-from retrybench.live.aio import run_event_loop
+from retrybench.live.aio import metric_sums, run_event_loop
 from retrybench.live.assemble import Scrape, assemble_run_log
 from retrybench.live.engine_server import EngineServerSettings
 from retrybench.live.eventlog import read_event_log
@@ -34,7 +33,6 @@ from retrybench.workload import Trace, generate_trace
 
 __all__ = ["LiveRun", "run_live"]
 
-_GAUGE = re.compile(rb"^([a-z_:]+)(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,19 +42,11 @@ class LiveRun:
     workdir: Path
 
 
-def _metric_sums(text: bytes) -> dict[str, float]:
-    sums: dict[str, float] = {}
-    for name, value in _GAUGE.findall(text):
-        key = name.decode()
-        sums[key] = sums.get(key, 0.0) + float(value)
-    return sums
-
-
 async def _scrape(session: aiohttp.ClientSession, engine: str, proxy: str) -> Scrape:
     async with session.get(engine + "/metrics") as response:
-        e = _metric_sums(await response.read())
+        e = metric_sums(await response.read())
     async with session.get(proxy + "/metrics") as response:
-        p = _metric_sums(await response.read())
+        p = metric_sums(await response.read())
     return Scrape(at_unix=time.time(), engine_waiting=int(e.get("vllm:num_requests_waiting", 0)),
                   engine_running=int(e.get("vllm:num_requests_running", 0)),
                   proxy_waiting=int(p.get("retrybench_proxy_queue_depth", 0)),

@@ -115,9 +115,8 @@ class StubUpstream:
 def main() -> None:
     """`python -m retrybench.live.stub_upstream --port N`: serve until SIGTERM (benchmarks run it apart)."""
     import argparse
-    import signal
 
-    from retrybench.live.aio import run_event_loop
+    from retrybench.live.aio import run_event_loop, until_signalled
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
@@ -128,11 +127,7 @@ def main() -> None:
         stub = StubUpstream(keep_bodies=False)
         port = await stub.start(args.host, args.port)
         print(f"stub upstream on http://{args.host}:{port}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await until_signalled()
         await stub.stop()
 
     run_event_loop(serve)
