@@ -1,4 +1,5 @@
-"""The `retrybench` command line: calibrate, run, block, reproduce."""
+"""The `retrybench` command line: calibrate, run, block, reproduce; the live stack (proxy, engine-server,
+loadgen, make-trace); doctor."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ SUMMARY_COLUMNS = ("recovered", "recovery_s", "hold_delivered_pct", "pulse_deliv
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="retrybench")
 def main() -> None:
-    """Re-test 'Cancellation Is Not Enough' on a simulated vLLM-V1 engine (virtual time, CPU)."""
+    """Re-test 'Cancellation Is Not Enough' on a simulated vLLM-V1 engine (virtual time, CPU), or live
+    through the overload-control proxy over real HTTP."""
 
 
 @main.command()
