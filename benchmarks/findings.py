@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fixtures.engine_runs import active
+from fixtures.report import note_run
 
 from retrybench.blocks import paper_runs
 from retrybench.runner import RunSpec, run_one
@@ -15,8 +17,13 @@ PRIMARY = "qwen2.5-7b-instruct"
 
 
 def result(model: str, condition: str, seed: int, **overrides: Any) -> dict[str, Any]:
-    """One run's summary on the simulated engine, computed once and then read from the cache."""
-    return run_one(RunSpec(model=model, condition=condition, seed=seed, **overrides))
+    """One run's summary on the simulated engine (or live, with `pytest --engine`), computed once and
+    then read from the cache; noted as used by the current test, for `pytest --report`."""
+    spec = RunSpec(model=model, condition=condition, seed=seed, **overrides)
+    live = active()  # pytest --engine ENGINE: run it live on that engine instead
+    run = live.result(spec) if live is not None else run_one(spec)
+    note_run(run)
+    return run
 
 
 def block_runs(block: str, models: tuple[str, ...], known: dict[tuple[str, int], str] | None = None) -> list[Any]:

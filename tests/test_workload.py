@@ -231,3 +231,17 @@ def test_generate_small_traces(seed: int, pulse_x: float, mixed: bool) -> None:
         start, end = t.phase_bounds()[c.phase]
         assert start <= c.arrival_s < end
         assert len(t.prompt_token_ids(c.index)) == c.prompt_tokens
+
+
+def test_a_scaled_workload_shortens_every_length_and_keeps_phases_and_rates() -> None:
+    from retrybench.config import WorkloadSpec
+
+    spec = WorkloadSpec(chat_calls_per_s=2.0)
+    small = spec.scaled(0.1)
+    assert (small.prompt_tokens_mean, small.prompt_tokens_sd, small.shared_prefix_tokens) == (1200.0, 120.0, 200)
+    assert (small.response_tokens_median, small.response_tokens_mean, small.short_prompt_tokens_mean) == (30.0, 40.0,
+                                                                                                           300.0)
+    assert (small.chat_calls_per_s, small.pulse_rate_x, small.hold_end_s) == (2.0, 2.7, spec.hold_end_s)
+    assert spec.scaled(1.0) is spec
+    with pytest.raises(ValueError, match="token scale"):
+        spec.scaled(0.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from rich.table import Table
 
 from retrybench import __version__
 from retrybench.analysis import section5, summarize
-from retrybench.blocks import BLOCKS, block_specs
+from retrybench.blocks import BLOCKS, PAPER_MODELS, block_specs
 from retrybench.config import ConfigError, available_conditions
 from retrybench.engine.profiles import GPUS, MODELS
 from retrybench.runner import RunSpec, calibration_for, run_many, run_one, simulate_spec
@@ -50,14 +51,53 @@ def main() -> None:
 @click.option("--gpu", type=GPU_CHOICE, default="h100", show_default=True)
 @click.option("--mixed-prompts", is_flag=True, help="Half the calls get 3,000-token prompts (Section 4.2).")
 @click.option("--no-cache", is_flag=True, help="Recompute even if a cached calibration exists.")
-def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool) -> None:
-    """Measure C-hat the paper's way (300-s stages, each 1.5x the last, until the queue grows),
-    repeated on five independent traces and averaged."""
-    result = calibration_for(model, gpu, mixed_prompts, use_cache=not no_cache)
+@click.option("--engine", default="sim", show_default=True,
+              help="sim, or the base URL of a running OpenAI-compatible engine (a real vLLM, say): the stages "
+                   "then go to it live, through the proxy with cancellation off.")
+@click.option("--time-scale", type=click.FloatRange(min=1e-3, max=1e3), default=1.0, show_default=True,
+              help=TIME_SCALE_HELP + " Live only.")
+@click.option("--token-scale", type=click.FloatRange(min=1e-3, max=1.0), default=1.0, show_default=True,
+              help="Every prompt and reply length times this: the paper's workload for a slower engine.")
+@click.option("--stages", type=click.IntRange(min=1, max=30), default=11, show_default=True,
+              help="Live only: stages to send at most (0.2 calls/s x 1.5^k); the first saturated one gives C-hat.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Live only: where the logs go (default: a new directory under the cache).")
+def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine: str, time_scale: float,
+              token_scale: float, stages: int, workdir: Path | None) -> None:
+    """Measure C-hat the paper's way (300-s stages, each 1.5x the last, until the queue grows):
+    on the simulated engine, repeated on five independent traces and averaged; or once, live."""
+    if engine != "sim":
+        _calibrate_live(engine, model, gpu, mixed_prompts, time_scale, token_scale, stages, workdir)
+        return
+    result = calibration_for(model, gpu, mixed_prompts, use_cache=not no_cache, token_scale=token_scale)
     brief = {k: v for k, v in result.items() if k != "runs"}
     brief["runs"] = [{"seed": run["seed"], "chat": run["chat"], "saturated_stage_rate": run["saturated_stage_rate"],
                       "saturated_stage_growth_per_s": run["saturated_stage_growth_per_s"]} for run in result["runs"]]
     click.echo(json.dumps(brief, indent=1))
+
+
+def _calibrate_live(engine: str, model: str, gpu: str, mixed_prompts: bool, time_scale: float, token_scale: float,
+                    stages: int, workdir: Path | None) -> None:
+    import tempfile
+
+    from retrybench.live.calibrate import calibrate_live, calibration_summary
+    from retrybench.runner import cache_dir
+
+    if not engine.startswith(("http://", "https://")):
+        raise click.UsageError(f"--engine must be 'sim' or an http(s) URL, got {engine!r}")
+    if mixed_prompts:
+        raise click.UsageError("--mixed-prompts is for the simulated engine only")
+    if workdir is None:
+        (cache_dir() / "live").mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix="calibrate-", dir=cache_dir() / "live"))
+    console.print(f"calibrating {engine} live, up to {stages} stages of {300 * time_scale:g} s; logs in {workdir}")
+    try:
+        result = calibrate_live(engine.rstrip("/"), model=model, gpu=gpu, workdir=workdir, time_scale=time_scale,
+                                token_scale=token_scale, stages=stages)
+    except ValueError as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(json.dumps(calibration_summary(result, engine_url=engine, time_scale=time_scale,
+                                              token_scale=token_scale), indent=1))
 
 
 @main.command()
@@ -82,13 +122,16 @@ def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool) -> None
               help=TIME_SCALE_HELP + " Live runs only.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Live runs: where the logs go (default: a new directory under the cache).")
+@click.option("--token-scale", type=click.FloatRange(min=1e-3, max=1.0), default=1.0, show_default=True,
+              help="Every prompt and reply length times this (with --gpu cpu --model tiny-llama: 0.1, the "
+                   "workload that profile was fitted on).")
 def run(condition: str, model: str, seed: int, pulse_x: float, max_batched_tokens: int, gpu: str,
         mixed_prompts: bool, engine_cap: int | None, as_json: bool, no_cache: bool, trace_path: Path | None,
-        engine: str, time_scale: float, workdir: Path | None) -> None:
+        engine: str, time_scale: float, workdir: Path | None, token_scale: float) -> None:
     """One paper run: the trace under one condition, on the simulated engine or live."""
     spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
                    max_batched_tokens=max_batched_tokens, mixed_prompts=mixed_prompts, engine_cap=engine_cap,
-                   trace=True)
+                   trace=True, token_scale=token_scale)
     try:
         if engine != "sim":
             result = _run_live(spec, engine, time_scale, workdir)
@@ -143,20 +186,114 @@ def block(name: str, model: str, runs: int | None, gpu: str, jobs: int | None, a
     _show(_run_with_progress(specs, jobs, f"{name} on {model}"), as_json)
 
 
+PAPER_GPUS = ("h100", "h200")  # the GPUs the paper's models have fitted profiles for
+
+
+def _runs_option(value: str) -> int | None:
+    if value == "paper":
+        return None
+    try:
+        runs = int(value)
+    except ValueError:
+        runs = 0
+    if runs < 1:
+        raise click.BadParameter(f"must be 'paper' or a whole number >= 1, got {value!r}")
+    return runs
+
+
+def _plan(models: list[str], gpu: str, runs: int | None) -> list[tuple[str, RunSpec]]:
+    """(block, spec) of every run of every block of Table 1 on the chosen models, in Table 1's order."""
+    return [(name, spec) for name, blk in BLOCKS.items() for model in models if model in blk.models
+            for spec in block_specs(name, model, runs, gpu)]
+
+
+def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: str) -> list[dict[str, Any]]:
+    """Each distinct spec once (blocks share runs), in parallel on the simulator or one at a time live,
+    with a progress display counted in block runs: done of total, current block, elapsed, ETA."""
+    from retrybench.runner import run_one_live
+
+    unique: dict[RunSpec, list[str]] = {}
+    for name, spec in plan:
+        unique.setdefault(spec, []).append(name)
+    specs = list(unique)
+    with _progress() as progress:
+        task = progress.add_task("starting", total=len(plan))
+
+        def advance(spec: RunSpec, result: dict[str, Any]) -> None:
+            blocks = unique[spec]
+            progress.update(task, advance=len(blocks), description=f"block {blocks[0]}")
+            if "error" in result:
+                console.print(f"[red]run failed[/red] {', '.join(blocks)}: {spec}: {result['error']}")
+
+        if engine == "sim":
+            return run_many(specs, jobs=jobs, progress=advance)
+        results = []
+        for spec in specs:  # one engine: live runs must not overlap
+            try:
+                result = run_one_live(spec, engine)
+            except Exception as error:  # a failed run is reported, never dropped
+                result = {**asdict(spec), "error": f"{type(error).__name__}: {error}"}
+            advance(spec, result)
+            results.append(result)
+        return results
+
+
 @main.command()
-@click.option("--models", default=",".join(MODELS), show_default=True, help="Comma-separated models.")
-@click.option("--gpu", type=GPU_CHOICE, default="h100", show_default=True)
-@click.option("--jobs", type=click.IntRange(min=1), default=None)
-@click.option("--json", "as_json", is_flag=True)
-def reproduce(models: str, gpu: str, jobs: int | None, as_json: bool) -> None:
-    """Every block of Table 1 with the paper's run counts (137 runs), on the simulated engine."""
+@click.option("--engine", default="sim", show_default=True,
+              help="sim (the simulated engine, in parallel on every core), or the base URL of a running "
+                   "OpenAI-compatible engine: each run then goes live through the proxy, in real time (947+ s), "
+                   "one at a time.")
+@click.option("--gpu", type=click.Choice(PAPER_GPUS), default="h100", show_default=True,
+              help="The GPU profile of the simulated engine.")
+@click.option("--models", default=",".join(PAPER_MODELS), show_default=True, help="Comma-separated models.")
+@click.option("--runs", "runs_text", default="paper", show_default=True,
+              help="paper (the paper's run counts: 137 runs) or N runs of every block on every model.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("retrybench-report"),
+              show_default=True, help="Where the report (index.html) and each run's summary JSON go.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel processes (default: cores).")
+@click.option("--json", "as_json", is_flag=True, help="Also print the run results as a JSON list.")
+def reproduce(engine: str, gpu: str, models: str, runs_text: str, out: Path, jobs: int | None,
+              as_json: bool) -> None:
+    """Every block of Table 1 (the paper's 137 runs by default), then the HTML reproducibility report:
+    per finding the paper's claim and figures, this run's, and a verdict. Resumable: results are cached
+    by spec and code version, so an interrupted reproduction picks up where it stopped."""
+    import time
+
     chosen = [m.strip() for m in models.split(",") if m.strip()]
-    unknown = [m for m in chosen if m not in MODELS]
+    unknown = [m for m in chosen if m not in PAPER_MODELS]
     if unknown:
-        raise click.UsageError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
-    specs = [spec for name, blk in BLOCKS.items() for model in chosen if model in blk.models
-             for spec in block_specs(name, model, gpu=gpu)]
-    _show(_run_with_progress(specs, jobs, "reproduce"), as_json)
+        raise click.UsageError(f"unknown model(s) {', '.join(unknown)}; the paper's: {', '.join(PAPER_MODELS)}")
+    if engine != "sim" and not engine.startswith(("http://", "https://")):
+        raise click.UsageError(f"--engine must be sim or an http(s):// URL, got {engine!r}")
+    runs = _runs_option(runs_text)
+    plan = _plan(chosen, gpu, runs)
+    started = time.perf_counter()
+    results = _run_plan(plan, jobs, engine)
+    wall_s = time.perf_counter() - started
+    command = " ".join(["retrybench", *sys.argv[1:]])
+    try:
+        from retrybench.report import build_context, write_report
+        from retrybench.report.meta import gather
+    except ImportError as error:  # jinja2 or matplotlib missing
+        console.print(f"[yellow]no HTML report[/yellow] ({error}); pip install jinja2 matplotlib for it")
+        _show(results, as_json)
+        return
+    label = "simulated vLLM-V1 engine (virtual time)" if engine == "sim" else f"live engine at {engine}"
+    context = build_context(results, gather(engine=label, wall_s=wall_s, command=command), runs=runs)
+    page = write_report(out, context, results)
+    _print_verdicts(context)
+    console.print(f"{len(plan)} runs ({len(results)} distinct) in {wall_s:.0f} s; report: {page}")
+    if as_json:
+        click.echo(json.dumps(results))
+    if any("error" in r for r in results):
+        sys.exit(1)
+
+
+def _print_verdicts(context: dict[str, Any]) -> None:
+    table = Table("finding", "verdict", "checks held", title="reproduction")
+    for row in context["summary"]:
+        table.add_row(row["title"], row["verdict"], f"{row['passed']} of {row['checks']}")
+    console.print(table)
 
 
 @main.command()
@@ -292,7 +429,8 @@ def doctor() -> None:
     for column in ("engine", "runs", "version", "why not", "fix"):
         table.add_column(column, overflow="fold")
     for engine in diagnose(Probe.of_this_machine()):
-        table.add_row(engine.name, "yes" if engine.available else "no", engine.version, engine.why_not, engine.fix)
+        table.add_row(engine.name, "yes" if engine.available else "no", engine.version,
+                      engine.why_not or engine.note, engine.fix)
     Console().print(table)
 
 
@@ -305,9 +443,10 @@ def _run_live(spec: RunSpec, engine: str, time_scale: float, workdir: Path | Non
 
     if engine != "engine-server" and not engine.startswith("http://"):
         raise click.UsageError(f"--engine must be sim, engine-server or an http:// URL, got {engine!r}")
-    if engine != "engine-server" and time_scale != 1.0:
-        raise click.UsageError("an external engine runs in real time: --time-scale applies to engine-server only")
-    chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts)["chat"])
+    if engine != "engine-server" and time_scale != 1.0 and spec.gpu != "cpu":
+        raise click.UsageError("an external engine runs in real time: --time-scale applies to engine-server only "
+                               "(and to a real vLLM on a CPU with --gpu cpu, whose profile is at time scale 0.1)")
+    chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, token_scale=spec.token_scale)["chat"])
     if workdir is None:
         (cache_dir() / "live").mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix=f"{spec.condition}-", dir=cache_dir() / "live"))

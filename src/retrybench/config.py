@@ -86,6 +86,19 @@ class WorkloadSpec:
     def hold_end_s(self) -> float:
         return self.base_s + self.pulse_s + self.hold_s
 
+    def scaled(self, factor: float) -> WorkloadSpec:
+        """The same trace with every token length times `factor` (phases and rates unchanged): the
+        paper's workload shrunk for a slower engine, such as vLLM's CPU build on a tiny model."""
+        _check(0 < factor <= 1, f"the token scale must be in (0, 1], got {factor}")
+        if factor == 1:
+            return self
+        return replace(self, prompt_tokens_mean=self.prompt_tokens_mean * factor,
+                       prompt_tokens_sd=self.prompt_tokens_sd * factor,
+                       shared_prefix_tokens=round(self.shared_prefix_tokens * factor),
+                       response_tokens_median=self.response_tokens_median * factor,
+                       response_tokens_mean=self.response_tokens_mean * factor,
+                       short_prompt_tokens_mean=self.short_prompt_tokens_mean * factor)
+
     @property
     def response_sigma(self) -> float:
         """Lognormal shape from median and mean: mean = median * exp(sigma^2 / 2)."""
@@ -203,7 +216,8 @@ class EngineConfig:
             0.05 <= self.gpu_memory_utilization <= 1.0,
             f"gpu_memory_utilization must be in [0.05, 1], got {self.gpu_memory_utilization}",
         )
-        _check(self.block_size in (8, 16, 32, 64), f"block_size must be 8, 16, 32 or 64, got {self.block_size}")
+        _check(self.block_size in (8, 16, 32, 64, 128),
+               f"block_size must be 8, 16, 32, 64 or 128 (vLLM's CPU build), got {self.block_size}")
         _check(
             self.max_num_queued_reqs is None or self.max_num_queued_reqs >= 1,
             f"max_num_queued_reqs must be >= 1 or unset, got {self.max_num_queued_reqs}",

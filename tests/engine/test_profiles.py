@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from retrybench.blocks import PAPER_MODELS
 from retrybench.config import EngineConfig
-from retrybench.engine.profiles import GPUS, MODELS, EngineProfile, StepCosts, profile_for
+from retrybench.engine.profiles import GPUS, MODELS, EngineProfile, StepCosts, fitted_profiles, profile_for
 
 QWEN7, LLAMA8, QWEN14 = "qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "qwen3-14b"
 
@@ -37,7 +38,7 @@ def test_attention_flops_per_token_pair() -> None:
     assert spec.attention_flops_per_token_pair == 4 * 28 * 28 * 128
 
 
-@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("model", PAPER_MODELS)
 def test_kv_blocks_positive_and_larger_on_h200(model: str) -> None:
     h100 = profile_for(model, "h100")
     h200 = profile_for(model, "h200")
@@ -124,8 +125,7 @@ def test_h200_steps_are_not_slower() -> None:
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(
-    model=st.sampled_from(list(MODELS)),
-    gpu=st.sampled_from(list(GPUS)),
+    profile=st.sampled_from(fitted_profiles()),
     seqs=st.integers(1, 256),
     tokens=st.integers(1, 16_384),
     extra_tokens=st.integers(0, 8192),
@@ -135,9 +135,10 @@ def test_h200_steps_are_not_slower() -> None:
     context=st.integers(0, 2_000_000),
     extra_context=st.integers(0, 2_000_000),
 )
-def test_step_time_is_positive_and_monotone(model: str, gpu: str, seqs: int, tokens: int, extra_tokens: int,
+def test_step_time_is_positive_and_monotone(profile: tuple[str, str], seqs: int, tokens: int, extra_tokens: int,
                                             sampled: int, pairs: float, extra_pairs: float, context: int,
                                             extra_context: int) -> None:
+    gpu, model = profile
     prof = profile_for(model, gpu)
     base = step(prof, seqs=seqs, tokens=tokens, sampled=sampled, attention_pairs=pairs,
                 context_tokens=context)
@@ -176,3 +177,22 @@ def test_custom_costs() -> None:
     free = dataclasses.replace(prof, costs=StepCosts(fixed_s=1.0, per_seq_s=0.5, compute_eff=1e9,
                                                      attention_eff=1e9, memory_eff=1e9))
     assert step(free, seqs=2) == pytest.approx(2.0, rel=1e-6)
+
+
+def test_the_cpu_build_holds_the_kv_cache_vllm_reports() -> None:
+    """vLLM's CPU build with VLLM_CPU_KVCACHE_SPACE=2 logs "CPU KV cache size: 1,048,576 tokens" for the
+    tiny Llama (2 layers x 4 KV heads x 64 x 2 bytes x K and V = 2 KiB a token), in 128-token blocks."""
+    profile = profile_for("tiny-llama", "cpu")
+    assert profile.engine.block_size == 128 and profile.engine.async_scheduling is False
+    assert profile.kv_blocks * profile.engine.block_size == 1_048_576
+
+
+def test_the_cpu_platform_sets_its_engine_defaults_on_every_run() -> None:
+    from retrybench.config import load_condition
+    from retrybench.runner import RunSpec, engine_config_for
+
+    spec = RunSpec(model="tiny-llama", gpu="cpu", condition="engine-cap-100", seed=1, max_batched_tokens=2048)
+    engine, cap = engine_config_for(spec, load_condition(spec.condition), chat=1.0)
+    assert (engine.block_size, engine.async_scheduling, engine.max_num_batched_tokens, cap) == (128, False, 2048, 100)
+    gpu, _ = engine_config_for(dataclasses.replace(spec, gpu="h100"), load_condition(spec.condition), chat=1.0)
+    assert (gpu.block_size, gpu.async_scheduling) == (16, True)

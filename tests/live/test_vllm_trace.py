@@ -8,6 +8,7 @@ that reads simulated traces.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -160,3 +161,19 @@ def test_the_scheduler_classes_need_vllm() -> None:
             _ = plugin.TracingScheduler
     with pytest.raises(AttributeError):
         _ = plugin.NoSuchScheduler
+
+
+def test_the_trace_is_flushed_and_the_overhead_noted_while_vllm_runs(traced: tuple[TraceRecorder, Clock, Path]
+                                                                      ) -> None:
+    """vLLM may end its engine process without shutting the scheduler down: what was recorded must
+    already be on disk, with a recent note of the recorder's own time."""
+    recorder, clock, path = traced
+    recorder.queued(request("cmpl-a", 10))
+    clock.now += 6.0  # past STATS_S
+    deadline = time.monotonic() + 3.0
+    while '"trace_stats"' not in path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [e["event"] for e in lines[1:]] == ["queued", "trace_stats"]
+    assert lines[-1]["wall_s"] == 6.0
+    recorder.close()

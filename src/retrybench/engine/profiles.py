@@ -27,7 +27,7 @@ from typing import Any
 
 from retrybench.config import EngineConfig
 
-__all__ = ["GPUS", "MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts", "profile_for"]
+__all__ = ["GPUS", "MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts", "fitted_profiles", "profile_for"]
 
 GIB = 1024**3
 
@@ -38,6 +38,15 @@ class GpuSpec:
     memory_bytes: float  # what the driver reports as total memory
     bandwidth_bytes_per_s: float
     bf16_flops_per_s: float  # dense
+    # What vLLM's platform sets on its own: the CPU build uses 128-token blocks, runs one batch at a
+    # time and takes its KV cache size from VLLM_CPU_KVCACHE_SPACE instead of memory profiling.
+    block_size: int = 16
+    async_scheduling: bool = True
+    kv_cache_bytes: float | None = None
+
+    def engine_defaults(self) -> EngineConfig:
+        """vLLM's engine arguments on this platform (the paper's, with the platform's own settings)."""
+        return EngineConfig(block_size=self.block_size, async_scheduling=self.async_scheduling)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +96,13 @@ GPUS: dict[str, GpuSpec] = {
     # NVIDIA H200 SXM 141 GB HBM3e: 143,771 MiB reported, 4.8 TB/s, same compute as H100.
     "h200": GpuSpec(name="NVIDIA H200 (SXM)", memory_bytes=143_771 * 1024**2,
                     bandwidth_bytes_per_s=4.8e12, bf16_flops_per_s=989.4e12),
+    # vLLM's CPU build on a 2-core x86 machine with VLLM_CPU_KVCACHE_SPACE=2 (the real-engine tests'),
+    # seen at time scale 0.1: its clocks are trace seconds, so the peaks are a tenth of the nominal
+    # wall-clock ones (2 cores x 2 AVX-512 FMA units x 32 bf16 lanes x 2 x ~2 GHz; one DDR channel).
+    # The fitted efficiencies absorb what the nominal figures miss (scripts/fit_profiles.py --gpu cpu).
+    "cpu": GpuSpec(name="CPU, 2 cores (vLLM CPU build), time scale 0.1", memory_bytes=24 * GIB,
+                   bandwidth_bytes_per_s=2e9, bf16_flops_per_s=0.05e12, block_size=128, async_scheduling=False,
+                   kv_cache_bytes=2 * GIB),
 }
 
 MODELS: dict[str, ModelSpec] = {
@@ -98,6 +114,9 @@ MODELS: dict[str, ModelSpec] = {
     "llama-3.1-8b-instruct": ModelSpec(name="meta-llama/Llama-3.1-8B-Instruct", layers=32,
                                        hidden=4096, intermediate=14336, heads=32, kv_heads=8,
                                        head_dim=128, vocab=128_256),
+    # `retrybench make-tiny-model`'s default: what the real-engine tests serve on a CPU.
+    "tiny-llama": ModelSpec(name="retrybench tiny Llama (random weights)", layers=2, hidden=256, intermediate=512,
+                            heads=4, kv_heads=4, head_dim=64, vocab=32_000),
 }
 
 
@@ -118,7 +137,16 @@ def _fitted() -> dict[str, Any]:
     return tomllib.loads(text)
 
 
+def fitted_profiles() -> list[tuple[str, str]]:
+    """The (GPU, model) pairs with fitted constants: the paper's models on the GPUs, the tiny Llama on
+    the CPU build."""
+    return [(gpu, model) for gpu, table in _fitted()["gpu"].items() for model in table["compute_eff"]]
+
+
 def fitted_costs(gpu: str, model: str) -> StepCosts:
+    if (gpu, model) not in fitted_profiles():
+        raise ValueError(f"no fitted step costs for {model} on {gpu}; fitted: "
+                         + ", ".join(f"{m} on {g}" for g, m in fitted_profiles()))
     table = _fitted()["gpu"][gpu]
     return StepCosts(fixed_s=float(table["fixed_s"]), per_seq_s=float(table["per_seq_s"]),
                      compute_eff=float(table["compute_eff"][model]),
@@ -151,8 +179,11 @@ class EngineProfile:
 
     @property
     def kv_blocks(self) -> int:
-        budget = self.gpu.memory_bytes * self.engine.gpu_memory_utilization
-        free = budget - self.model.weight_bytes - _non_kv_bytes(self.model, self.engine)
+        if self.gpu.kv_cache_bytes is not None:
+            free = self.gpu.kv_cache_bytes
+        else:
+            budget = self.gpu.memory_bytes * self.engine.gpu_memory_utilization
+            free = budget - self.model.weight_bytes - _non_kv_bytes(self.model, self.engine)
         per_block = self.engine.block_size * self.model.kv_bytes_per_token
         blocks = int(free // per_block)
         if blocks < 1:
@@ -185,4 +216,4 @@ def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = Non
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
     return EngineProfile(gpu_key=gpu, model_key=model, gpu=GPUS[gpu], model=MODELS[model],
-                         engine=engine or EngineConfig(), costs=costs or fitted_costs(gpu, model))
+                         engine=engine or GPUS[gpu].engine_defaults(), costs=costs or fitted_costs(gpu, model))

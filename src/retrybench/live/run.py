@@ -13,13 +13,13 @@ import asyncio
 import contextlib
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from retrybench.config import WorkloadSpec, load_condition
+from retrybench.config import ClientPolicy, load_condition
 from retrybench.engine.profiles import profile_for
 from retrybench.live.aio import metric_sums, run_event_loop
 from retrybench.live.assemble import Scrape, assemble_run_log
@@ -79,12 +79,16 @@ async def _drive(trace: Trace, settings: LoadgenSettings, engine: str, proxy: st
 
 
 def run_live(spec: RunSpec, *, time_scale: float, workdir: Path, chat: float, stream_interval: int = 64,
-             engine_url: str | None = None) -> LiveRun:
-    """Run `spec` live and return its run log (the same schema the simulator writes)."""
+             engine_url: str | None = None, trace: Trace | None = None, client: ClientPolicy | None = None
+             ) -> LiveRun:
+    """Run `spec` live and return its run log (the same schema the simulator writes). `trace` and
+    `client` replace the spec's trace and its condition's client (the calibration's stages)."""
     condition = load_condition(spec.condition)
+    if client is not None:
+        condition = replace(condition, client=client)
     engine_config, cap = engine_config_for(spec, condition, chat)
-    workload = WorkloadSpec(chat_calls_per_s=chat, pulse_rate_x=spec.pulse_x, mixed_prompts=spec.mixed_prompts)
-    trace = generate_trace(workload, spec.seed)
+    workload = spec.workload(chat) if trace is None else trace.spec
+    trace = trace if trace is not None else generate_trace(workload, spec.seed)
     workdir.mkdir(parents=True, exist_ok=True)
     proxy_log = workdir / "proxy-decisions.jsonl"
     with _engine(spec, engine_url, time_scale, cap, stream_interval, workdir) as engine:

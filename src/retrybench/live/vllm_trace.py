@@ -7,7 +7,8 @@ scheduler and only watches what it did, at the hooks `../shared/notes/vllm-v1-se
 names: `add_request` (queued), `schedule` (a step: per-execution prompt and decode tokens, prefix
 hits of new admissions, preemptions), `update_from_output` (step end, first token, finished, work
 of aborted executions whose output arrived after the abort) and `finish_requests(...,
-FINISHED_ABORTED)` (abort, with the prompt tokens computed so far and those still in flight).
+FINISHED_ABORTED)` (abort, with the prompt tokens computed so far and those still in flight). Every 5 s, and at
+shutdown, a `trace_stats`/`trace_end` event gives the recorder's own time: its overhead.
 
 The schema is `retrybench.tracefile`'s, so the analysis reads a real trace as it reads a simulated
 one. vLLM's request ids are strings; the trace numbers executions 0, 1, ... in arrival order and
@@ -38,6 +39,7 @@ TRACE_ENV = "RETRYBENCH_VLLM_TRACE"
 ANY_VERSION_ENV = "RETRYBENCH_TRACE_ANY_VLLM"  # set to 1 to trace a vLLM outside SUPPORTED_VLLM
 SUPPORTED_VLLM = ((0, 30), (0, 34))  # the scheduler hooks were read from 0.30.0 and 0.34.0
 FLUSH_S = 0.25  # a background thread flushes this often: a crash loses at most this much of the trace
+STATS_S = 5.0  # and notes the recorder's own time this often
 
 
 def check_vllm_version(version: str) -> None:
@@ -191,7 +193,16 @@ class TraceRecorder:
         self.self_time_s += self._clock() - began
 
     def _flush_every(self, period_s: float) -> None:
+        """Flush the trace every `period_s`, and every STATS_S note the recorder's own time so far:
+        vLLM may end its engine process without shutting the scheduler down, and then the last
+        `trace_stats` event is the overhead figure."""
+        last_stats = self._clock()
         while not self._closed.wait(period_s):
+            now = self._clock()
+            if now - last_stats >= STATS_S:
+                last_stats = now
+                self._write({"t": now - self._t0, "event": "trace_stats", "execution": -1,
+                             "self_time_s": self.self_time_s, "wall_s": now - self._t0})
             with self._lock:
                 if self._file is not None:
                     self._file.flush()

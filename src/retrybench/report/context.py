@@ -1,0 +1,342 @@
+"""The report's data: a plain dict built from run results (and, under pytest, the finding tests'
+outcomes). Pure: no files, no clock, no matplotlib; render.py turns it into HTML.
+
+Verdicts come from measured numbers: from the claim checks (claims.py) for `retrybench reproduce`,
+or from the tests' outcomes when pytest built the report (a strict xfail is "not reproduced", with
+its reason, which carries the measured numbers).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from statistics import fmean
+from typing import Any
+
+from retrybench.blocks import BLOCKS, DIAGNOSTIC, PRIMARY_MODEL, paper_runs
+from retrybench.paper import paper_values
+from retrybench.report import fmt
+from retrybench.report.claims import FINDINGS, NOT_REPRODUCED, NOT_RUN, REPRODUCED, Check, Finding, checks_of, verdict
+from retrybench.report.headlines import HEADLINES
+from retrybench.report.runs import Entry, RunSet, spec_of
+
+__all__ = ["build_context", "run_file_name"]
+
+PAPER = paper_values()
+SECTION6_BLOCKS = ("composition", "budget-with-cancellation", "queue-policy", "engine-cap", "deferral")
+RUN_COLUMNS = (("recovered", "recovered"), ("recovery_s", "recovery s"), ("hold_delivered_pct", "hold %"),
+               ("pulse_delivered_pct", "pulse %"), ("primary_timely_pct", "primary ≤120 s %"),
+               ("created_x", "created ×C"), ("accepted_x", "accepted ×C"), ("completed_x", "completed ×C"),
+               ("retries", "retries"), ("wall_s", "wall s"))
+
+
+def run_file_name(result: Mapping[str, Any]) -> str:
+    """The file name of a run's summary JSON beside the report: readable and unique per spec."""
+    s = spec_of(result)
+    extra = "".join(("-mixed" if s.mixed_prompts else "", "-traced" if s.trace else "",
+                     f"-cap{s.engine_cap}" if s.engine_cap is not None else ""))
+    return f"{s.model}-{s.gpu}-{s.condition}-seed{s.seed}-pulse{s.pulse_x}-{s.max_batched_tokens}{extra}.json"
+
+
+def build_context(results: Iterable[Mapping[str, Any]], meta: Mapping[str, Any], runs: int | None = None,
+                  tests: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Everything the report shows. `meta`: engine, wall time, versions, commit (meta.py gathers them);
+    `runs`: the run count per block (None: the paper's); `tests`: finding-test outcomes under pytest, each
+    {nodeid, name (test function), markers, outcome (passed | failed | xfailed | skipped), reason,
+    properties [[name, value]]}."""
+    rs = RunSet(results, runs)
+    checks = checks_of(rs)
+    outcomes = _group_tests(tests) if tests is not None else None
+    return {
+        "meta": dict(meta),
+        "source": "pytest" if tests is not None else "reproduce",
+        "counts": _counts(rs),
+        "summary": [_summary_row(f, checks[f.key], rs, outcomes) for f in FINDINGS],
+        "checks": [{"finding": f.title, "claim": c.claim, "subject": c.subject,
+                    "held": {True: "yes", False: "no", None: "not evaluated"}[c.passed],
+                    "measured": fmt.value(c.measured) if c.measured else c.note, "paper": fmt.value(c.paper)}
+                   for f in FINDINGS for c in checks[f.key]],
+        "table2": _table2(rs),
+        "table3": _table3(rs),
+        "figures": {"fig1": _fig1(rs), "fig3": _fig3(rs), "fig4": _fig4(rs), "fig5": _fig5(rs),
+                    "fig6": _fig6(rs)},
+        "blocks": [_block(name, rs) for name in BLOCKS if rs.block_entries(name)],
+        "setup": _setup(rs),
+        "failed": [{"spec": _describe(e), "block": e.block, "error": e.result["error"]}
+                   for e in rs.entries if e.failed],
+        "tests": [dict(t) for t in tests] if tests is not None else None,
+        "files": sorted({run_file_name(r) for r in rs.results}),
+    }
+
+
+# -- summary ----------------------------------------------------------------------------------------------
+
+def _counts(rs: RunSet) -> dict[str, int]:
+    ok = [e for e in rs.entries if not e.failed]
+    return {"runs": len(rs.entries), "unique": len(rs), "failed": len(rs.entries) - len(ok),
+            "recovered": sum(1 for e in ok if e.result["recovered"]),
+            "paper_runs": PAPER["recovered_runs"]["runs"], "paper_recovered": PAPER["recovered_runs"]["recovered"]}
+
+
+def _figures(finding: Finding, checks: Sequence[Check]) -> list[dict[str, str]]:
+    """The finding's headline figures: the paper's, and the measured ones over every evaluated check."""
+    rows = []
+    for head in HEADLINES.get(finding.key, ()):
+        chosen = [c for c in checks if c.claim.startswith(head.claim) and head.subject in c.subject
+                  and head.metric in c.measured]
+        if not chosen:
+            continue
+        paper = next((c.paper[head.metric] for c in chosen if head.metric in c.paper), None)
+        rows.append({"name": head.label, "paper": fmt.DASH if paper is None else fmt.value(paper),
+                     "measured": _over_runs([c.measured[head.metric] for c in chosen])})
+    return rows
+
+
+def _over_runs(values: Sequence[Any]) -> str:
+    if all(isinstance(v, bool) for v in values):
+        held = sum(values)
+        if held in (0, len(values)):
+            return f"{'yes' if held else 'no'} in all {len(values)} runs" if len(values) > 1 else fmt.value(values[0])
+        return f"yes in {held} of {len(values)} runs"
+    if all(isinstance(v, int | float) or v is None for v in values):
+        return fmt.span(values)
+    if all(isinstance(v, list | tuple) for v in values):
+        flat = [x for v in values for x in v if isinstance(x, int | float)]
+        return fmt.span(flat)
+    if all(isinstance(v, dict) for v in values):
+        return f"{sum(1 for v in values if v)} of {len(values)} non-empty"
+    return "; ".join(fmt.value(v) for v in values)
+
+
+def _summary_row(finding: Finding, checks: list[Check], rs: RunSet,
+                 outcomes: Mapping[str, list[Mapping[str, Any]]] | None) -> dict[str, Any]:
+    figures = _section65_figures(rs) if finding.key == "section65" else _figures(finding, checks)
+    failing = [f"{c.claim} — {c.subject}: {fmt.value(c.measured)}" for c in checks if c.passed is False]
+    failing += [f"{c.claim} — {c.subject}: {c.note}" for c in checks if c.note.startswith("run failed")]
+    row: dict[str, Any] = {"key": finding.key, "title": finding.title, "claim": finding.claim,
+                           "figures": figures, "checks": len([c for c in checks if c.passed is not None]),
+                           "passed": sum(1 for c in checks if c.passed), "verdict": verdict(finding, checks),
+                           "reasons": failing, "basis": "claim checks on the runs", "tally": None}
+    if outcomes is not None:
+        tests = outcomes.get(finding.key, [])
+        row.update(_verdict_from_tests(finding, tests))
+    return row
+
+
+def _verdict_from_tests(finding: Finding, tests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    tally = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "xfailed", "skipped")}
+    if finding.uncertain:
+        result = "uncertain in the paper" if tests else NOT_RUN
+    elif tally["failed"] or tally["xfailed"]:
+        result = NOT_REPRODUCED
+    elif tally["passed"]:
+        result = REPRODUCED
+    else:
+        result = NOT_RUN
+    reasons = [f"{t['outcome']}: {t['nodeid']}: {t['reason']}" for t in tests if t["outcome"] in ("failed", "xfailed")]
+    return {"verdict": result, "reasons": reasons, "tally": tally, "basis": "outcomes of the finding tests"}
+
+
+def _group_tests(tests: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Tests by summary row: a row that names its test functions takes them from its marker's row."""
+    claimed = {name: f.key for f in FINDINGS for name in f.tests}
+    grouped: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for test in tests:
+        name = str(test["name"]).split("[")[0]
+        if name in claimed:
+            grouped[claimed[name]].append(test)
+            continue
+        for marker in test.get("markers", ()):
+            if any(f.key == marker for f in FINDINGS):
+                grouped[marker].append(test)
+    return grouped
+
+
+def _section65_figures(rs: RunSet) -> list[dict[str, str]]:
+    ok = [e.result for e in rs.entries if not e.failed]
+    above = sum(1 for r in ok if r["recovered"] and r["created_x"] >= 1.0)
+    below = sum(1 for r in ok if not r["recovered"] and r["created_x"] < 1.0)
+    paper = PAPER["recovered_runs"]
+    return [
+        {"name": "recovered runs", "paper": f"{paper['recovered']} of {paper['runs']}",
+         "measured": f"{sum(1 for r in ok if r['recovered'])} of {len(ok)}"},
+        {"name": "recovered runs creating at or above C-hat", "paper": "0", "measured": str(above)},
+        {"name": "runs below C-hat that did not recover", "paper": "1 (Q = 338, cancellation on, 0.98 ×C)",
+         "measured": str(below)},
+    ]
+
+
+# -- tables 2 and 3 --------------------------------------------------------------------------------------
+
+TABLE2_CONDITIONS = (("retries-on-cancel-on", "on", "on"), ("retries-off-cancel-on", "off", "on"),
+                     ("retries-off-cancel-off", "off", "off"), ("retries-on-cancel-off", "on", "off"))
+
+
+def _runs_of(rs: RunSet, block: str, model: str, condition: str, **where: Any) -> list[dict[str, Any]]:
+    out = []
+    for e in rs.block_entries(block):
+        s = e.spec
+        if e.failed or s.model != model or s.condition != condition:
+            continue
+        if all(getattr(s, k) == v for k, v in where.items()):
+            out.append(e.result)
+    return out
+
+
+def _table2(rs: RunSet) -> list[dict[str, Any]]:
+    rows = []
+    for model in BLOCKS["diagnostic"].models:
+        if not rs.pairs("diagnostic", (model,)):
+            continue
+        cells = []
+        chats = []
+        for condition, retries, cancellation in TABLE2_CONDITIONS:
+            runs = _runs_of(rs, "diagnostic", model, condition)
+            chats += [r["chat"] for r in runs]
+            paper = PAPER["diagnostic"]["hold_delivered_pct"][model][condition.replace("-", "_")]
+            cells.append({"retries": retries, "cancellation": cancellation, "paper": fmt.value(paper),
+                          "measured": fmt.span([r["hold_delivered_pct"] for r in runs]), "runs": len(runs)})
+        rows.append({"model": model, "chat_paper": fmt.number(PAPER["capacity"][model]),
+                     "chat_measured": fmt.span(chats), "cells": cells})
+    return rows
+
+
+def _table3(rs: RunSet) -> list[dict[str, Any]]:
+    rows = []
+    pulses = PAPER["trigger_sweep"]["pulses_x"]
+    for model in BLOCKS["trigger-sweep"].models:
+        if not rs.pairs("trigger-sweep", (model,)):
+            continue
+        for retries in ("on", "off"):
+            cells = []
+            for i, pulse in enumerate(pulses):
+                delivered, recovery = PAPER["trigger_sweep"][model][f"retries_{retries}"][i]
+                runs = _runs_of(rs, "trigger-sweep", model, f"retries-{retries}-cancel-off", pulse_x=pulse)
+                measured = "; ".join(f"{fmt.number(r['hold_delivered_pct'])} ({fmt.number(r['recovery_s'], 0)})"
+                                     for r in runs) or fmt.DASH
+                cells.append({"pulse_x": pulse, "measured": measured,
+                              "paper": f"{fmt.number(delivered)} ({fmt.DASH if recovery < 0 else recovery})"})
+            rows.append({"model": model, "retries": retries, "cells": cells})
+    return rows
+
+
+# -- figures (data only) -----------------------------------------------------------------------------------
+
+def _first_seed(rs: RunSet, block: str, model: str) -> int | None:
+    seeds = [seed for m, seed in rs.pairs(block, (model,))]
+    return min(seeds) if seeds else None
+
+
+def _fig1(rs: RunSet) -> dict[str, Any]:
+    """Calls delivered per 60 s and the waiting queue over time, one diagnostic run per condition."""
+    seed = _first_seed(rs, "diagnostic", PRIMARY_MODEL)
+    lines = []
+    for condition in DIAGNOSTIC:
+        run = rs.find(PRIMARY_MODEL, condition, seed) if seed is not None else None
+        if run is None or "error" in run or "series" not in run:
+            continue
+        lines.append({"condition": condition, "delivered_per_60s": run["series"]["delivered_per_60s"],
+                      "waiting": run["series"]["waiting"], "waiting_step_s": run["series"]["waiting_step_s"]})
+    return {"model": PRIMARY_MODEL, "seed": seed, "lines": lines}
+
+
+def _fig3(rs: RunSet) -> dict[str, Any]:
+    """Execution rates over 347-947 s, means over the diagnostic block's runs."""
+    bars = []
+    for condition in DIAGNOSTIC:
+        runs = _runs_of(rs, "diagnostic", PRIMARY_MODEL, condition)
+        if runs:
+            bars.append({"condition": condition, "runs": len(runs),
+                         **{k: fmean(r[k] for r in runs) for k in ("created_x", "accepted_x", "completed_x")}})
+    return {"model": PRIMARY_MODEL, "bars": bars}
+
+
+def _fig4(rs: RunSet) -> dict[str, Any]:
+    """Computed prompt tokens of each tracing run: aborted (body, in flight), not aborted, missed."""
+    bars = []
+    block = BLOCKS["tracing"]
+    for entry in rs.block_entries("tracing"):
+        r, s = entry.result, entry.spec
+        if entry.failed or r.get("aborted_prompt_share_pct") is None:
+            continue
+        aborted = r["aborted_prompt_share_pct"]
+        in_flight = aborted * (r["in_flight_share_pct"] or 0.0) / 100
+        steps = "2K" if s.max_batched_tokens == 2048 else "8K"
+        cancel = "on" if "cancel-on" in s.condition else "off"
+        bars.append({"label": f"{steps}, cancel {cancel}, run {s.seed}", "body": aborted - in_flight,
+                     "in_flight": in_flight, "not_aborted": 100 - aborted, "missed": r["missed_share_pct"] or 0.0})
+    return {"model": PRIMARY_MODEL, "bars": bars, "conditions": len(block.conditions)}
+
+
+def _fig5(rs: RunSet) -> dict[str, Any]:
+    """Delivery shares of the primary and pulse cohorts per condition of Section 6's blocks: means over
+    runs, one bar per run where the runs differed in recovery."""
+    groups = []
+    for block in SECTION6_BLOCKS:
+        bars = []
+        for condition in BLOCKS[block].conditions:
+            runs = _runs_of(rs, block, PRIMARY_MODEL, condition)
+            if not runs:
+                continue
+            split = len({r["recovered"] for r in runs}) > 1
+            for part in ([[r] for r in runs] if split else [runs]):
+                name = condition + (f" (run {part[0]['seed']})" if split else "")
+                bars.append({"condition": name, "recovered": all(r["recovered"] for r in part), "runs": len(part),
+                             **{f"{cohort}_{kind}": fmean(_share(r, cohort, kind) for r in part)
+                                for cohort in ("primary", "pulse") for kind in ("timely", "late", "undelivered")}})
+        if bars:
+            groups.append({"block": block, "bars": bars})
+    return {"model": PRIMARY_MODEL, "groups": groups}
+
+
+def _share(run: Mapping[str, Any], cohort: str, kind: str) -> float:
+    delivered = run[f"{cohort}_delivered_pct"] or 0.0
+    timely = run[f"{cohort}_timely_pct"] or 0.0
+    return float({"timely": timely, "late": delivered - timely, "undelivered": 100.0 - delivered}[kind])
+
+
+def _fig6(rs: RunSet) -> dict[str, Any]:
+    """Every run: primary-cohort delivery within 120 s against the creation rate at the proxy."""
+    points = [{"block": e.block, "condition": e.spec.condition, "model": e.spec.model, "seed": e.spec.seed,
+               "created_x": e.result["created_x"], "primary_timely_pct": e.result["primary_timely_pct"] or 0.0,
+               "recovered": bool(e.result["recovered"])}
+              for e in rs.entries if not e.failed and e.result.get("created_x") is not None]
+    return {"points": points}
+
+
+# -- blocks and setup -----------------------------------------------------------------------------------------
+
+def _describe(entry: Entry) -> str:
+    s = entry.spec
+    return f"{s.model} {s.condition} seed {s.seed} pulse {s.pulse_x} steps {s.max_batched_tokens}"
+
+
+def _block(name: str, rs: RunSet) -> dict[str, Any]:
+    block = BLOCKS[name]
+    rows = []
+    for entry in rs.block_entries(name):
+        s, r = entry.spec, entry.result
+        cells = [fmt.value(r.get(key)) for key, _ in RUN_COLUMNS] if not entry.failed else []
+        rows.append({"model": s.model, "seed": s.seed, "pulse_x": s.pulse_x, "steps": s.max_batched_tokens,
+                     "condition": s.condition, "cells": cells, "error": r.get("error"), "file": run_file_name(r)})
+    seeds = sorted({e.spec.seed for e in rs.block_entries(name)})
+    return {"name": name, "section": block.section, "models": list(block.models), "rows": rows,
+            "columns": [title for _, title in RUN_COLUMNS], "seeds": seeds,
+            "paper_runs": {m: paper_runs(name, m) for m in block.models}}
+
+
+def _setup(rs: RunSet) -> dict[str, Any]:
+    builds: dict[tuple[str, str, bool], set[float]] = defaultdict(set)
+    for r in rs.results:
+        if "error" not in r:
+            builds[(r["model"], r["gpu"], bool(r["mixed_prompts"]))].add(r["chat"])
+    return {
+        "chat": [{"model": m, "gpu": g, "prompts": "mixed" if mixed else "12,000-token",
+                  "measured": fmt.span(sorted(v), 2),
+                  "paper": fmt.number(PAPER["capacity"].get(m)) if not mixed and g == "h100" else fmt.DASH}
+                 for (m, g, mixed), v in sorted(builds.items())],
+        "gpus": sorted({str(r["gpu"]) for r in rs.results}),
+        "models": sorted({str(r["model"]) for r in rs.results}),
+        "code_versions": sorted({str(r.get("code_version")) for r in rs.results if "code_version" in r}),
+        "run_wall_s": round(sum(float(r.get("wall_s", 0.0)) for r in rs.results), 1),
+    }

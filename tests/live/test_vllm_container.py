@@ -1,0 +1,168 @@
+"""The vLLM container: its spec as data (no Docker), and the Docker machinery on a stand-in image.
+
+The stand-in (scripts/build-test-image.sh, retrybench/fake-vllm:test) has `vllm serve` as its
+entrypoint like vllm/vllm-openai, prints its arguments and serves /health, so start-up, the readiness
+wait, log capture and removal run through the same code as the real container, GPU request off.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retrybench.doctor import VLLM_IMAGE
+from retrybench.live.vllm import (
+    CONTAINER_HF_CACHE,
+    ContainerSpec,
+    VllmContainer,
+    container_spec_for,
+    vllm_args_for,
+    vllm_image,
+)
+from retrybench.runner import RunSpec
+
+TEST_IMAGE = "retrybench/fake-vllm:test"
+
+
+def args(condition: str = "engine-cap-100", trace: bool = False, model: str | None = None) -> Any:
+    return vllm_args_for(RunSpec(model="qwen2.5-7b-instruct", condition=condition, seed=0, trace=trace), model=model)
+
+
+def spec_for(tmp_path: Path, **kwargs: Any) -> ContainerSpec:
+    options: dict[str, Any] = {"results_dir": tmp_path / "results", "hf_cache": tmp_path / "hf",
+                               "src": tmp_path / "src", **kwargs}
+    return container_spec_for(options.pop("vllm_args", args()), **options)
+
+
+def test_command_is_the_engine_arguments_on_port_8000(tmp_path: Path) -> None:
+    spec = spec_for(tmp_path)
+    assert spec.image == VLLM_IMAGE and spec.ports == (8000,) and spec.health_path == "/health"
+    assert spec.command[0] == "Qwen/Qwen2.5-7B-Instruct"  # the entrypoint is `vllm serve`
+    assert list(spec.command) == [*args().argv()[:-4], "--host", "0.0.0.0", "--port", "8000"]
+    assert "--max-num-queued-reqs" in spec.command
+
+
+def test_gpu_device_requests_are_a_list_and_ipc_is_host(tmp_path: Path) -> None:
+    from docker.types import DeviceRequest
+
+    kwargs = spec_for(tmp_path).create_kwargs()
+    assert kwargs["ipc_mode"] == "host"
+    requests = kwargs["device_requests"]
+    assert isinstance(requests, list) and len(requests) == 1 and isinstance(requests[0], DeviceRequest)
+    assert requests[0]["Count"] == -1 and requests[0]["Capabilities"] == [["gpu"]]
+    assert spec_for(tmp_path, gpus=False).create_kwargs() == {"ipc_mode": "host"}
+
+
+def test_hugging_face_cache_and_results_are_mounted(tmp_path: Path) -> None:
+    spec = spec_for(tmp_path)
+    assert spec.volumes == ((str(tmp_path / "hf"), CONTAINER_HF_CACHE, "rw"),
+                            (str(tmp_path / "results"), "/results", "rw"))
+    assert spec.env == {}
+
+
+def test_tracing_mounts_the_source_on_pythonpath(tmp_path: Path) -> None:
+    spec = spec_for(tmp_path, vllm_args=args(trace=True))
+    assert (str(tmp_path / "src"), "/opt/retrybench/src", "ro") in spec.volumes
+    assert spec.env == {"PYTHONPATH": "/opt/retrybench/src", "RETRYBENCH_VLLM_TRACE": "/results/vllm-trace.jsonl"}
+    i = spec.command.index("--scheduler-cls")
+    assert spec.command[i + 1] == "retrybench.live.vllm_trace.TracingAsyncScheduler"
+
+
+def test_a_local_model_directory_is_mounted_read_only(tmp_path: Path) -> None:
+    model = tmp_path / "tiny"
+    model.mkdir()
+    spec = spec_for(tmp_path, vllm_args=args(model=str(model)), env={"X": "1"})
+    assert (str(model), "/models/tiny", "ro") in spec.volumes and spec.command[0] == "/models/tiny"
+    assert spec.env == {"X": "1"}
+    with pytest.raises(FileNotFoundError):
+        spec_for(tmp_path, vllm_args=args(model=str(tmp_path / "absent")))
+
+
+def test_image_is_configurable() -> None:
+    assert vllm_image({}) == VLLM_IMAGE
+    assert vllm_image({"RETRYBENCH_VLLM_IMAGE": "vllm/vllm-openai:v0.34.0"}) == "vllm/vllm-openai:v0.34.0"
+
+
+@pytest.fixture(scope="module")
+def docker_client() -> Iterator[Any]:
+    try:
+        import docker
+        import testcontainers  # noqa: F401
+    except ImportError as error:
+        pytest.skip(f"needs docker-py and testcontainers: {error}")
+    # Ask the docker CLI first: docker-py leaks the socket of a connection that fails (an unraisable
+    # ResourceWarning, an error in a later test).
+    answered = shutil.which("docker") is not None and subprocess.run(
+        ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, timeout=15, check=False
+    ).returncode == 0
+    if not answered:
+        pytest.skip("no Docker engine answers; as root: apt-get install -y docker.io "
+                    "&& (dockerd >/tmp/dockerd.log 2>&1 &)")
+    client = docker.from_env(timeout=5)
+    present = bool(client.images.list(name=TEST_IMAGE))
+    try:
+        if not present:
+            pytest.skip(f"the stand-in image {TEST_IMAGE} is not in the local engine: run "
+                        "scripts/build-test-image.sh")
+        yield client
+    finally:
+        client.close()
+
+
+def removed(client: Any, container_id: str | None) -> bool:
+    import docker.errors
+
+    assert container_id is not None
+    try:
+        client.containers.get(container_id)
+    except docker.errors.NotFound:
+        return True
+    return False
+
+
+@pytest.mark.docker
+def test_container_starts_answers_and_is_removed_with_its_log(docker_client: Any, tmp_path: Path) -> None:
+    spec = spec_for(tmp_path, vllm_args=args(trace=True), image=TEST_IMAGE, gpus=False,
+                    src=Path(__file__).resolve().parents[2] / "src")
+    log = tmp_path / "results" / "container.log"
+    started = time.monotonic()
+    with VllmContainer(spec, log_path=log, start_timeout_s=30) as container:
+        assert time.monotonic() - started >= 1.0  # the stand-in serves /health after 1 s: the wait waited
+        with urllib.request.urlopen(container.url + "/health", timeout=5) as response:
+            assert response.status == 200
+        assert docker_client.containers.get(container.container_id).attrs["HostConfig"]["IpcMode"] == "host"
+    assert removed(docker_client, container.container_id)
+    text = log.read_text()
+    assert "fake-vllm argv: serve Qwen/Qwen2.5-7B-Instruct --max-num-batched-tokens 8192" in text
+    assert "--scheduler-cls retrybench.live.vllm_trace.TracingAsyncScheduler" in text
+    assert "retrybench source mounted at /opt/retrybench/src" in text
+    assert "response:200" in text  # the readiness probe's request, logged by the server
+
+
+@pytest.mark.docker
+def test_a_container_that_exits_fails_at_once_and_keeps_its_log(docker_client: Any, tmp_path: Path) -> None:
+    spec = spec_for(tmp_path, image=TEST_IMAGE, gpus=False, env={"FAKE_VLLM_EXIT": "3"})
+    container = VllmContainer(spec, log_path=tmp_path / "container.log", start_timeout_s=60)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="exited"), container:
+        pass
+    assert time.monotonic() - started < 20  # not the whole start timeout
+    assert "exiting with status 3" in (tmp_path / "container.log").read_text()
+    assert removed(docker_client, container.container_id)
+
+
+@pytest.mark.docker
+def test_a_container_that_never_answers_times_out_and_is_removed(docker_client: Any, tmp_path: Path) -> None:
+    spec = spec_for(tmp_path, image=TEST_IMAGE, gpus=False, env={"FAKE_VLLM_DELAY_S": "600"})
+    container = VllmContainer(spec, log_path=tmp_path / "container.log", start_timeout_s=2)
+    with pytest.raises(TimeoutError, match="/health"), container:
+        pass
+    assert "fake-vllm argv: serve" in (tmp_path / "container.log").read_text()
+    assert removed(docker_client, container.container_id)
