@@ -11,7 +11,7 @@ import pytest
 from retrybench.analysis import cohort_delivery, cohorts, delivered_per_window, recovery, summarize
 
 if TYPE_CHECKING:
-    from conftest import LogBuilder
+    from fixtures.runlogs import LogBuilder
 
 PULSE_END = 227
 WINDOW = 60
@@ -56,7 +56,7 @@ def test_timely_within_the_first_deadline_inclusive(builder: LogBuilder) -> None
 
 
 def test_cohort_bounds_come_from_meta() -> None:
-    from conftest import LogBuilder
+    from fixtures.runlogs import LogBuilder
 
     b = LogBuilder(pulse_start_s=100.0, pulse_end_s=200.0, hold_end_s=500.0)
     b.calls_at([100.0, 199.9, 200.0, 319.9, 320.0, 499.9, 500.0], took_s=1.0)
@@ -79,7 +79,7 @@ def test_hold_is_cut_into_twelve_windows_from_the_pulse_end(builder: LogBuilder)
 
 
 def test_windows_that_would_cross_the_hold_end_are_left_out() -> None:
-    from conftest import LogBuilder
+    from fixtures.runlogs import LogBuilder
 
     windows = recovery(LogBuilder(hold_end_s=980.0).build()).windows
     assert len(windows) == 12 and windows[-1].end_s == 947.0

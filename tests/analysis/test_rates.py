@@ -11,7 +11,7 @@ from retrybench.analysis import rate_window, rates
 from retrybench.runlog import FATE_CANCELLED, FATE_COMPLETED, FATE_ORPHANED, FATE_REFUSED
 
 if TYPE_CHECKING:
-    from conftest import LogBuilder
+    from fixtures.runlogs import LogBuilder
 
 SPAN = 600.0  # [347, 947)
 
