@@ -8,6 +8,10 @@ fast as the upstream sends (throughput). The last test prints the table and chec
 stack's targets: added median TTFT <= 0.5 ms with one stream, added p99 <= 5 ms with 50 streams,
 <= 15 us of proxy CPU per streamed chunk.
 
+CPU time on a shared two-core machine varies from one run to the next by more than the margins
+involved, so the two CPU scenarios are each measured `CPU_REPEATS` times, in alternation, and the
+per-chunk figure checked is the median of the per-repeat solutions; every repeat is in the table.
+
 Run on its own: pytest benchmarks/perf -p no:xdist --benchmark-only
 """
 
@@ -29,7 +33,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "throughput": {"streams": 50, "duration_s": 4.0, "tokens": 2000, "interval_ms": 0.0},
 }
 ROUTES = ["direct", "nginx", "retrybench"]
+CPU_SCENARIOS = ("fifty_streams", "fifty_short_streams")  # solved together for per-chunk CPU
+CPU_REPEATS = 3
 RESULTS: dict[str, dict[str, StreamStats]] = {}
+CPU_RUNS: dict[str, list[tuple[StreamStats, StreamStats]]] = {}  # per route: (long, short) per repeat
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +55,22 @@ def test_stream_through(benchmark: Any, started: dict[str, Route], route_name: s
     RESULTS.setdefault(route_name, {})[scenario] = stats
     benchmark.extra_info.update({k: round(v, 4) for k, v in stats.summary().items()})
     assert stats.ttft_ms and stats.chunks >= len(stats.ttft_ms)
+
+
+@pytest.mark.parametrize("repeat", range(1, CPU_REPEATS))
+@pytest.mark.parametrize("route_name", [name for name in ROUTES if name != "direct"])
+def test_cpu_per_chunk_repeat(benchmark: Any, started: dict[str, Route], route_name: str, repeat: int) -> None:
+    """Further (long, short) pairs of the CPU scenarios, beyond the pair measured above."""
+    if route_name not in started:
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+
+    def pair_of_runs() -> tuple[StreamStats, ...]:
+        return tuple(measure(started[route_name], **SCENARIOS[name]) for name in CPU_SCENARIOS)
+
+    pair = benchmark.pedantic(pair_of_runs, rounds=1, iterations=1)
+    for stats in pair:
+        assert stats.ttft_ms and stats.chunks >= len(stats.ttft_ms)
+    CPU_RUNS.setdefault(route_name, []).append(pair)
 
 
 def _marginal_cpu_us_per_chunk(long: StreamStats, short: StreamStats) -> tuple[float, float]:
@@ -75,15 +98,23 @@ def test_the_proxy_meets_its_overhead_targets(started: dict[str, Route], tmp_pat
             "throughput_chunks_per_s": runs["throughput"].summary()["chunks_per_s"],
         }
         if name != "direct":
-            per_chunk, per_request = _marginal_cpu_us_per_chunk(runs["fifty_streams"], runs["fifty_short_streams"])
+            pairs = [(runs["fifty_streams"], runs["fifty_short_streams"]), *CPU_RUNS.get(name, [])]
+            solved = [_marginal_cpu_us_per_chunk(long, short) for long, short in pairs]
+            per_chunk = float(np.median([chunk for chunk, _ in solved]))
+            per_request = float(np.median([request for _, request in solved]))
+            row |= {f"cpu_us_per_chunk_repeat{i}": chunk for i, (chunk, _) in enumerate(solved, 1)}
             row |= {"cpu_us_per_chunk": per_chunk, "cpu_us_per_request": per_request,
                     "throughput_vs_direct": row["throughput_chunks_per_s"]
                     / direct["throughput"].summary()["chunks_per_s"]}
         table[name] = {k: round(v, 3) for k, v in row.items()}
+    if "nginx" in table:  # the machine's speed varies over time; the ratio to nginx in the same run does less
+        table["retrybench"]["cpu_per_chunk_vs_nginx"] = round(
+            table["retrybench"]["cpu_us_per_chunk"] / table["nginx"]["cpu_us_per_chunk"], 3)
     out = Path(tmp_path_factory.getbasetemp()) / "proxy-overhead.json"
     out.write_text(json.dumps(table, indent=1))
     print("\nproxy overhead (ms, us; 'added' is route minus direct):\n" + json.dumps(table, indent=1))
     ours = table["retrybench"]
+    assert f"cpu_us_per_chunk_repeat{CPU_REPEATS}" in ours, "run the whole module: the CPU repeats are missing"
     assert ours["added_p50_1_ms"] <= 0.5, ours
     assert ours["added_p99_50_ms"] <= 5.0, ours
     assert ours["cpu_us_per_chunk"] <= 15.0, ours
