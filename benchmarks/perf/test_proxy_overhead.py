@@ -9,8 +9,8 @@ stack's targets: added median TTFT <= 0.5 ms with one stream, added p99 <= 5 ms 
 <= 15 us of proxy CPU per streamed chunk.
 
 CPU time on a shared two-core machine varies from one run to the next by more than the margins
-involved, so the two CPU scenarios are each measured `CPU_REPEATS` times, in alternation, and the
-per-chunk figure checked is the median of the per-repeat solutions; every repeat is in the table.
+involved, so the pair of CPU scenarios is measured `CPU_REPEATS` times and the per-chunk figure
+checked is the median of the per-pair solutions; every repeat is in the table.
 
 Run on its own: pytest benchmarks/perf -p no:xdist --benchmark-only
 """
@@ -45,31 +45,39 @@ def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Rout
         yield {route.name: route for route in found}
 
 
+def _route(started: dict[str, Route], name: str) -> Route:
+    if name not in started:
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    return started[name]
+
+
+def _assert_streamed(stats: StreamStats) -> None:
+    """Every request got its first bytes, and there were at least as many chunks as requests."""
+    assert stats.ttft_ms and stats.chunks >= len(stats.ttft_ms)
+
+
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 @pytest.mark.parametrize("route_name", ROUTES)
 def test_stream_through(benchmark: Any, started: dict[str, Route], route_name: str, scenario: str) -> None:
-    if route_name not in started:
-        pytest.skip("nginx is not installed (apt-get install nginx-light)")
-    route = started[route_name]
+    route = _route(started, route_name)
     stats = benchmark.pedantic(measure, args=(route,), kwargs=SCENARIOS[scenario], rounds=1, iterations=1)
     RESULTS.setdefault(route_name, {})[scenario] = stats
     benchmark.extra_info.update({k: round(v, 4) for k, v in stats.summary().items()})
-    assert stats.ttft_ms and stats.chunks >= len(stats.ttft_ms)
+    _assert_streamed(stats)
 
 
 @pytest.mark.parametrize("repeat", range(1, CPU_REPEATS))
 @pytest.mark.parametrize("route_name", [name for name in ROUTES if name != "direct"])
 def test_cpu_per_chunk_repeat(benchmark: Any, started: dict[str, Route], route_name: str, repeat: int) -> None:
     """Further (long, short) pairs of the CPU scenarios, beyond the pair measured above."""
-    if route_name not in started:
-        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    route = _route(started, route_name)
 
     def pair_of_runs() -> tuple[StreamStats, ...]:
-        return tuple(measure(started[route_name], **SCENARIOS[name]) for name in CPU_SCENARIOS)
+        return tuple(measure(route, **SCENARIOS[name]) for name in CPU_SCENARIOS)
 
     pair = benchmark.pedantic(pair_of_runs, rounds=1, iterations=1)
     for stats in pair:
-        assert stats.ttft_ms and stats.chunks >= len(stats.ttft_ms)
+        _assert_streamed(stats)
     CPU_RUNS.setdefault(route_name, []).append(pair)
 
 
