@@ -2,8 +2,10 @@
 
 The upstream (the stub: no engine work), the proxy under test (retrybench's, or nginx where it is
 installed) and this client run as separate processes on loopback; "direct" is the client against
-the upstream itself, so `route - direct` is what the proxy adds. CPU is read from /proc for the
-proxy's whole process tree, so it counts the proxy alone.
+the upstream itself, so `route - direct` is what the proxy adds, and `route / direct` what it costs
+relative to the path without it. CPU is read from /proc for the proxy's whole process tree, so it
+counts the proxy alone. `measure_alternating` takes one stream at a time through every route in
+turn, so that each route's samples come from the same moments of a machine whose load changes.
 """
 
 from __future__ import annotations
@@ -119,6 +121,30 @@ def measure(route: Route, *, streams: int, duration_s: float, tokens: int, inter
             requests: int | None = None) -> StreamStats:
     """`streams` clients, each sending its next streamed request when the last one ends."""
     return asyncio.run(_run(route, streams, duration_s, requests, tokens, interval_ms))
+
+
+async def _alternate(found: list[Route], requests: int, tokens: int, interval_ms: float) -> dict[str, StreamStats]:
+    body = _body(tokens, interval_ms)
+    stats = {route.name: StreamStats() for route in found}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        for route in found:
+            await _one(session, route.url, body, StreamStats())  # warm the connection pools
+        cpu0 = {route.name: tree_cpu_s(route.pid) for route in found}
+        t0 = time.perf_counter()
+        for _ in range(requests):
+            for route in found:
+                await _one(session, route.url, body, stats[route.name])
+        wall = time.perf_counter() - t0
+    for route in found:
+        stats[route.name].wall_s = wall
+        stats[route.name].cpu_s = tree_cpu_s(route.pid) - cpu0[route.name]
+    return stats
+
+
+def measure_alternating(found: list[Route], *, requests: int, tokens: int,
+                        interval_ms: float) -> dict[str, StreamStats]:
+    """One stream at a time, `requests` per route, the routes taking turns request by request."""
+    return asyncio.run(_alternate(found, requests, tokens, interval_ms))
 
 
 # -- the processes ----------------------------------------------------------------------------------

@@ -1,16 +1,23 @@
 """Proxy overhead (pytest-benchmark): direct, nginx (where installed) and the retrybench proxy, side by
 side in one run against the same minimal streaming upstream, each in its own process.
 
-Scenarios: one stream at a time (time to first token); 50 concurrent streams of 200 chunks, 10 ms
-apart (5,000 chunks/s: TTFT under load and the proxy's CPU per chunk); the same at 50 chunks of
-10 ms (more requests per chunk, to separate per-request from per-chunk CPU); and 50 streams as
-fast as the upstream sends (throughput). The last test prints the table and checks the live
-stack's targets: added median TTFT <= 0.5 ms with one stream, added p99 <= 5 ms with 50 streams,
-<= 15 us of proxy CPU per streamed chunk.
+Scenarios: one stream at a time (time to first token), the routes taking turns request by request;
+50 concurrent streams of 200 chunks, 10 ms apart (5,000 chunks/s: TTFT under load and the proxy's
+CPU per chunk); the same at 50 chunks of 10 ms (more requests per chunk, to separate per-request
+from per-chunk CPU); and 50 streams as fast as the upstream sends (throughput, reported only).
 
-CPU time on a shared two-core machine varies from one run to the next by more than the margins
-involved, so the pair of CPU scenarios is measured `CPU_REPEATS` times and the per-chunk figure
-checked is the median of the per-pair solutions; every repeat is in the table.
+Every target is a ratio to a reference measured in the same run, never an absolute figure: this
+machine's speed moves the absolute figures threefold from one run to the next (a shared two-core
+machine, other work running), while the ratios move little. The proxy's time to first token is
+judged against the upstream's own (direct), its CPU per streamed chunk against nginx's, the
+reference proxy. The printed table has the absolute figures beside the ratios (and so does
+proxy-overhead.json under pytest's basetemp).
+
+Run-to-run noise on a shared machine is larger than the margins involved, so the one-stream and
+50-stream scenarios are measured `REPEATS` times, interleaved: one stream alternates between the
+routes request by request; the 50-stream pairs run route after route (direct, nginx, retrybench),
+then again. TTFT figures are percentiles over every repeat's requests; CPU per chunk is the median
+of the per-repeat figures. Every repeat is in the table.
 
 Run on its own: pytest benchmarks/perf -p no:xdist --benchmark-only
 """
@@ -24,19 +31,42 @@ from typing import Any
 
 import numpy as np
 import pytest
-from overhead import Route, StreamStats, measure, nginx_available, routes
+from overhead import Route, StreamStats, measure, measure_alternating, nginx_available, routes
 
+ONE_STREAM: dict[str, Any] = {"requests": 500, "tokens": 4, "interval_ms": 0.0}  # per route, per repeat
 SCENARIOS: dict[str, dict[str, Any]] = {
-    "one_stream": {"streams": 1, "duration_s": 10.0, "tokens": 4, "interval_ms": 0.0, "requests": 500},
     "fifty_streams": {"streams": 50, "duration_s": 8.0, "tokens": 200, "interval_ms": 10.0},
     "fifty_short_streams": {"streams": 50, "duration_s": 6.0, "tokens": 50, "interval_ms": 10.0},
     "throughput": {"streams": 50, "duration_s": 4.0, "tokens": 2000, "interval_ms": 0.0},
 }
 ROUTES = ["direct", "nginx", "retrybench"]
-CPU_SCENARIOS = ("fifty_streams", "fifty_short_streams")  # solved together for per-chunk CPU
-CPU_REPEATS = 3
-RESULTS: dict[str, dict[str, StreamStats]] = {}
-CPU_RUNS: dict[str, list[tuple[StreamStats, StreamStats]]] = {}  # per route: (long, short) per repeat
+LOADED = ("fifty_streams", "fifty_short_streams")  # repeated; solved together for per-chunk CPU
+REPEATS = 3
+
+# The targets: the proxy's figure over the reference's, from REPEATS interleaved repeats. Measured
+# (this module, same code): "quiet" is a machine without the busy loop, "hog" with one holding a core.
+#
+# Time to first token, one stream at a time, median, over direct's. Measured 1.81 quiet and 1.76 with
+# the hog (0.81 / 0.45 ms and 0.80 / 0.45 ms; nginx 1.28 and 0.98); requests alternating between the
+# routes gave 1.70-1.86 with none, one and two busy loops (runs taking the routes one after the other
+# gave 1.72-2.6: the machine's load changes within seconds). The old absolute target (at most 0.5 ms
+# added) was 2.5x direct's 0.32 ms on the quiet machine, so 2.5 keeps its strictness there with a third
+# to spare; a proxy that waited on a timer or a flush before sending on, or opened an upstream
+# connection per request, adds a whole direct round trip or more (ratio 3 and up) and fails.
+TTFT_P50_ONE_STREAM_VS_DIRECT = 2.5
+# Time to first token at 50 concurrent streams (5,000 chunks/s), 99th percentile over every request
+# of the 50-stream runs, over direct's. Measured 1.4 quiet and 1.4 with the hog (per repeat, 1.2-1.7).
+# The old absolute target (at most 5 ms added) was 2.2x direct's 4.1 ms; 2.0 fails a proxy whose loop
+# stalls (a synchronous write, a scrape, a long GC pause) for about as long as direct's p99.
+TTFT_P99_FIFTY_STREAMS_VS_DIRECT = 2.0
+# CPU per streamed chunk (the proxy's whole process) over nginx's, medians of the repeats. Measured
+# 1.23 quiet and 1.34 with the hog (24.0 / 19.6 us and 22.6 / 17.0 us; the issue's runs: 1.38 and
+# 1.46). The project's target is 1.5x; 1.2x is where it would like to be.
+CPU_PER_CHUNK_VS_NGINX = 1.5
+CPU_PER_CHUNK_VS_NGINX_GOAL = 1.2  # reported, not asserted
+
+# route -> repeat (1-based) -> scenario -> stats
+RESULTS: dict[str, dict[int, dict[str, StreamStats]]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -51,81 +81,189 @@ def _route(started: dict[str, Route], name: str) -> Route:
     return started[name]
 
 
-def _assert_streamed(stats: StreamStats) -> None:
+def _assert_streamed(route: str, scenario: str, stats: StreamStats) -> None:
     """Every request got its first bytes, and there were at least as many chunks as requests."""
-    assert stats.ttft_ms and stats.chunks >= len(stats.ttft_ms)
+    assert stats.ttft_ms and stats.chunks >= len(stats.ttft_ms), (
+        f"{route}/{scenario}: {len(stats.ttft_ms)} requests answered, {stats.chunks} chunks streamed")
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("repeat", range(1, REPEATS + 1))
+def test_one_stream(benchmark: Any, started: dict[str, Route], repeat: int) -> None:
+    """Time to first token, one request at a time, the routes taking turns."""
+    found = list(started.values())
+    runs = benchmark.pedantic(measure_alternating, args=(found,), kwargs=ONE_STREAM, rounds=1, iterations=1)
+    for name, stats in runs.items():
+        _assert_streamed(name, "one_stream", stats)
+        RESULTS.setdefault(name, {}).setdefault(repeat, {})["one_stream"] = stats
+        benchmark.extra_info[f"{name}_ttft_p50_ms"] = round(stats.summary()["ttft_p50_ms"], 4)
+
+
+# The first repeat of the 50-stream scenarios, and the throughput, interleaved scenario by scenario
+# (pytest orders by the parameter next to the function first).
 @pytest.mark.parametrize("route_name", ROUTES)
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_stream_through(benchmark: Any, started: dict[str, Route], route_name: str, scenario: str) -> None:
     route = _route(started, route_name)
     stats = benchmark.pedantic(measure, args=(route,), kwargs=SCENARIOS[scenario], rounds=1, iterations=1)
-    RESULTS.setdefault(route_name, {})[scenario] = stats
+    RESULTS.setdefault(route_name, {}).setdefault(1, {})[scenario] = stats
     benchmark.extra_info.update({k: round(v, 4) for k, v in stats.summary().items()})
-    _assert_streamed(stats)
+    _assert_streamed(route_name, scenario, stats)
 
 
-@pytest.mark.parametrize("repeat", range(1, CPU_REPEATS))
-@pytest.mark.parametrize("route_name", [name for name in ROUTES if name != "direct"])
-def test_cpu_per_chunk_repeat(benchmark: Any, started: dict[str, Route], route_name: str, repeat: int) -> None:
-    """Further (long, short) pairs of the CPU scenarios, beyond the pair measured above."""
+# Further repeats of the 50-stream scenarios, interleaved route by route.
+@pytest.mark.parametrize("route_name", ROUTES)
+@pytest.mark.parametrize("repeat", range(2, REPEATS + 1))
+def test_repeat(benchmark: Any, started: dict[str, Route], route_name: str, repeat: int) -> None:
     route = _route(started, route_name)
 
-    def pair_of_runs() -> tuple[StreamStats, ...]:
-        return tuple(measure(route, **SCENARIOS[name]) for name in CPU_SCENARIOS)
+    def loaded() -> dict[str, StreamStats]:
+        return {name: measure(route, **SCENARIOS[name]) for name in LOADED}
 
-    pair = benchmark.pedantic(pair_of_runs, rounds=1, iterations=1)
-    for stats in pair:
-        _assert_streamed(stats)
-    CPU_RUNS.setdefault(route_name, []).append(pair)
+    runs = benchmark.pedantic(loaded, rounds=1, iterations=1)
+    for name, stats in runs.items():
+        _assert_streamed(route_name, name, stats)
+    RESULTS.setdefault(route_name, {}).setdefault(repeat, {}).update(runs)
 
 
-def _marginal_cpu_us_per_chunk(long: StreamStats, short: StreamStats) -> tuple[float, float]:
+def _marginal_cpu_us(long: StreamStats, short: StreamStats) -> tuple[float, float]:
     """Per-chunk and per-request CPU (us), solving cpu = a * requests + b * chunks over two runs."""
     matrix = np.array([[len(long.ttft_ms), long.chunks], [len(short.ttft_ms), short.chunks]], dtype=float)
     per_request, per_chunk = np.linalg.solve(matrix, np.array([long.cpu_s, short.cpu_s]))
     return 1e6 * float(per_chunk), 1e6 * float(per_request)
 
 
-def test_the_proxy_meets_its_overhead_targets(started: dict[str, Route], tmp_path_factory: Any) -> None:
-    if "retrybench" not in RESULTS or len(RESULTS["retrybench"]) < len(SCENARIOS) or "direct" not in RESULTS:
-        pytest.skip("needs the measurements above (run the whole module)")
-    direct = RESULTS["direct"]
-    table: dict[str, dict[str, float]] = {}
-    for name, runs in RESULTS.items():
-        one, fifty = runs["one_stream"].summary(), runs["fifty_streams"].summary()
-        row = {
-            "ttft_p50_1_ms": one["ttft_p50_ms"], "ttft_p99_1_ms": one["ttft_p99_ms"],
-            "ttft_p50_50_ms": fifty["ttft_p50_ms"], "ttft_p99_50_ms": fifty["ttft_p99_ms"],
-            "added_p50_1_ms": one["ttft_p50_ms"] - direct["one_stream"].summary()["ttft_p50_ms"],
-            "added_p99_1_ms": one["ttft_p99_ms"] - direct["one_stream"].summary()["ttft_p99_ms"],
-            "added_p50_50_ms": fifty["ttft_p50_ms"] - direct["fifty_streams"].summary()["ttft_p50_ms"],
-            "added_p99_50_ms": fifty["ttft_p99_ms"] - direct["fifty_streams"].summary()["ttft_p99_ms"],
-            "cpu_us_per_chunk_avg": fifty["cpu_us_per_chunk"],
-            "throughput_chunks_per_s": runs["throughput"].summary()["chunks_per_s"],
-        }
-        if name != "direct":
-            pairs = [(runs["fifty_streams"], runs["fifty_short_streams"]), *CPU_RUNS.get(name, [])]
-            solved = [_marginal_cpu_us_per_chunk(long, short) for long, short in pairs]
-            per_chunk = float(np.median([chunk for chunk, _ in solved]))
-            per_request = float(np.median([request for _, request in solved]))
-            row |= {f"cpu_us_per_chunk_repeat{i}": chunk for i, (chunk, _) in enumerate(solved, 1)}
-            row |= {"cpu_us_per_chunk": per_chunk, "cpu_us_per_request": per_request,
-                    "throughput_vs_direct": row["throughput_chunks_per_s"]
-                    / direct["throughput"].summary()["chunks_per_s"]}
-        table[name] = {k: round(v, 3) for k, v in row.items()}
-    if "nginx" in table:  # the machine's speed varies over time; the ratio to nginx in the same run does less
-        table["retrybench"]["cpu_per_chunk_vs_nginx"] = round(
-            table["retrybench"]["cpu_us_per_chunk"] / table["nginx"]["cpu_us_per_chunk"], 3)
+def _ttft(runs: list[StreamStats], percentile: float) -> float:
+    return float(np.percentile(np.concatenate([np.asarray(run.ttft_ms) for run in runs]), percentile))
+
+
+def _figures(route: str, repeats: list[dict[str, StreamStats]]) -> dict[str, float]:
+    """TTFT percentiles over the requests of `repeats`, and (for a proxy) the median CPU figures."""
+    figures = {"ttft_p50_1_ms": _ttft([r["one_stream"] for r in repeats], 50),
+               "ttft_p99_1_ms": _ttft([r["one_stream"] for r in repeats], 99),
+               "ttft_p50_50_ms": _ttft([r[name] for r in repeats for name in LOADED], 50),
+               "ttft_p99_50_ms": _ttft([r[name] for r in repeats for name in LOADED], 99)}
+    if route != "direct":  # direct has no proxy process to measure
+        solved = [_marginal_cpu_us(*(r[name] for name in LOADED)) for r in repeats]
+        figures |= {"cpu_us_per_chunk": float(np.median([chunk for chunk, _ in solved])),
+                    "cpu_us_per_request": float(np.median([request for _, request in solved]))}
+    return figures
+
+
+_TABLE: dict[str, Any] = {}
+
+
+def _table() -> dict[str, Any]:
+    """Absolute figures per route (over all repeats, and per repeat) and the proxy's ratios to direct
+    and nginx; skips when the measurements above are missing (the module was not run whole)."""
+    if _TABLE:
+        return _TABLE
+    wanted = [name for name in ROUTES if name != "nginx" or nginx_available()]
+    missing = [f"{name} repeat {r}" for name in wanted for r in range(1, REPEATS + 1)
+               if not {"one_stream", *LOADED} <= set(RESULTS.get(name, {}).get(r, {}))]
+    if missing:
+        pytest.skip(f"needs the measurements above (run the whole module); missing: {', '.join(missing)}")
+    table: dict[str, Any] = {"repeats": REPEATS, "routes": {}, "ratios": {}}
+    for name in wanted:
+        repeats = [RESULTS[name][r] for r in range(1, REPEATS + 1)]
+        overall = _figures(name, repeats)
+        throughput = RESULTS[name][1].get("throughput")
+        if throughput is not None:
+            overall["throughput_chunks_per_s"] = throughput.summary()["chunks_per_s"]
+        table["routes"][name] = {"overall": overall, "repeats": [_figures(name, [r]) for r in repeats]}
+    ours = table["routes"]["retrybench"]
+    for ref in ("direct", "nginx"):
+        if ref not in table["routes"]:
+            continue
+        theirs = table["routes"][ref]
+        ratios: dict[str, Any] = {key: value / theirs["overall"][key] for key, value in ours["overall"].items()
+                                  if theirs["overall"].get(key)}
+        ratios["per_repeat"] = [{key: value / other[key] for key, value in mine.items() if other.get(key)}
+                                for mine, other in zip(ours["repeats"], theirs["repeats"], strict=True)]
+        table["ratios"][f"retrybench_vs_{ref}"] = ratios
+    if "nginx" in table["routes"]:  # nginx's own, for scale
+        table["ratios"]["nginx_vs_direct"] = {
+            key: table["routes"]["nginx"]["overall"][key] / value
+            for key, value in table["routes"]["direct"]["overall"].items() if value}
+    _TABLE.update(table)
+    return _TABLE
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def test_the_overhead_table(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Print (and save) the absolute figures and the ratios the targets check."""
+    table = _table()
+    columns = ["ttft_p50_1_ms", "ttft_p99_1_ms", "ttft_p50_50_ms", "ttft_p99_50_ms", "cpu_us_per_chunk",
+               "cpu_us_per_request", "throughput_chunks_per_s"]
+    lines = [f"\nproxy overhead, absolute figures over {REPEATS} interleaved repeats (TTFT: percentiles of every "
+             "repeat's requests; CPU: median of the repeats; ms, us, chunks/s)",
+             f"{'route':<12}" + "".join(f"{c:>24}" for c in columns)]
+    for name, row in table["routes"].items():
+        lines.append(f"{name:<12}" + "".join(f"{_fmt(row['overall'].get(c)):>24}" for c in columns))
+        for i, repeat in enumerate(row["repeats"], 1):
+            lines.append(f"{'  repeat ' + str(i):<12}" + "".join(f"{_fmt(repeat.get(c)):>24}" for c in columns[:-1]))
+    targets = {("retrybench_vs_direct", "ttft_p50_1_ms"): TTFT_P50_ONE_STREAM_VS_DIRECT,
+               ("retrybench_vs_direct", "ttft_p99_50_ms"): TTFT_P99_FIFTY_STREAMS_VS_DIRECT,
+               ("retrybench_vs_nginx", "cpu_us_per_chunk"): CPU_PER_CHUNK_VS_NGINX}
+    lines.append(f"\n{'ratio':<46}{'measured':>10}{'per repeat':>26}{'target':>10}")
+    for ratio, keys in [("retrybench_vs_direct", ["ttft_p50_1_ms", "ttft_p99_50_ms", "throughput_chunks_per_s"]),
+                        ("retrybench_vs_nginx", ["ttft_p50_1_ms", "ttft_p99_50_ms", "cpu_us_per_chunk",
+                                                 "cpu_us_per_request", "throughput_chunks_per_s"]),
+                        ("nginx_vs_direct", ["ttft_p50_1_ms", "ttft_p99_50_ms", "throughput_chunks_per_s"])]:
+        if ratio not in table["ratios"]:
+            lines.append(f"{ratio:<46}{'nginx is not installed (apt-get install nginx-light)':>46}")
+            continue
+        for key in keys:
+            per_repeat = [round(r[key], 2) for r in table["ratios"][ratio].get("per_repeat", []) if key in r]
+            target = targets.get((ratio, key))
+            lines.append(f"{ratio + ' ' + key:<46}{_fmt(table['ratios'][ratio].get(key)):>10}"
+                         f"{str(per_repeat) if per_repeat else '':>26}{'<= ' + str(target) if target else '':>10}")
+    if "retrybench_vs_nginx" in table["ratios"]:
+        cpu = table["ratios"]["retrybench_vs_nginx"]["cpu_us_per_chunk"]
+        lines.append(f"CPU per chunk: {cpu:.3f}x nginx's: {cpu - CPU_PER_CHUNK_VS_NGINX_GOAL:+.3f} from the "
+                     f"{CPU_PER_CHUNK_VS_NGINX_GOAL}x goal ({100 * (cpu / CPU_PER_CHUNK_VS_NGINX_GOAL - 1):+.1f}%), "
+                     f"{CPU_PER_CHUNK_VS_NGINX - cpu:+.3f} under the {CPU_PER_CHUNK_VS_NGINX}x target")
+    print("\n".join(lines))
     out = Path(tmp_path_factory.getbasetemp()) / "proxy-overhead.json"
     out.write_text(json.dumps(table, indent=1))
-    print("\nproxy overhead (ms, us; 'added' is route minus direct):\n" + json.dumps(table, indent=1))
-    ours = table["retrybench"]
-    assert f"cpu_us_per_chunk_repeat{CPU_REPEATS}" in ours, "run the whole module: the CPU repeats are missing"
-    assert ours["added_p50_1_ms"] <= 0.5, ours
-    assert ours["added_p99_50_ms"] <= 5.0, ours
-    assert ours["cpu_us_per_chunk"] <= 15.0, ours
+
+
+def test_time_to_first_token_of_one_stream_against_direct() -> None:
+    table = _table()
+    ours, direct = table["routes"]["retrybench"]["overall"], table["routes"]["direct"]["overall"]
+    ratio = table["ratios"]["retrybench_vs_direct"]["ttft_p50_1_ms"]
+    assert ratio <= TTFT_P50_ONE_STREAM_VS_DIRECT, (
+        f"median TTFT with one stream: proxy {ours['ttft_p50_1_ms']:.3f} ms, direct {direct['ttft_p50_1_ms']:.3f} ms"
+        f" (alternating, {REPEATS} x {ONE_STREAM['requests']} requests each): {ratio:.2f}x direct, over the "
+        f"{TTFT_P50_ONE_STREAM_VS_DIRECT}x target")
+
+
+def test_p99_time_to_first_token_at_fifty_streams_against_direct() -> None:
+    table = _table()
+    ours, direct = table["routes"]["retrybench"]["overall"], table["routes"]["direct"]["overall"]
+    ratio = table["ratios"]["retrybench_vs_direct"]["ttft_p99_50_ms"]
+    per_repeat = [round(r["ttft_p99_50_ms"], 2) for r in table["ratios"]["retrybench_vs_direct"]["per_repeat"]]
+    assert ratio <= TTFT_P99_FIFTY_STREAMS_VS_DIRECT, (
+        f"p99 TTFT at 50 streams: proxy {ours['ttft_p99_50_ms']:.3f} ms, direct {direct['ttft_p99_50_ms']:.3f} ms "
+        f"(every request of {REPEATS} repeats): {ratio:.2f}x direct (per repeat {per_repeat}), over the "
+        f"{TTFT_P99_FIFTY_STREAMS_VS_DIRECT}x target")
+
+
+def test_cpu_per_chunk_against_nginx() -> None:
+    if not nginx_available():
+        pytest.skip("nginx is not installed, so there is no reference for CPU per chunk (apt-get install "
+                    "nginx-light); the ratios to direct are still checked")
+    table = _table()
+    ours, nginx = table["routes"]["retrybench"], table["routes"]["nginx"]
+    ratio = table["ratios"]["retrybench_vs_nginx"]["cpu_us_per_chunk"]
+    assert ratio <= CPU_PER_CHUNK_VS_NGINX, (
+        f"CPU per streamed chunk: proxy {ours['overall']['cpu_us_per_chunk']:.2f} us, nginx "
+        f"{nginx['overall']['cpu_us_per_chunk']:.2f} us (medians of {REPEATS} repeats; per repeat: proxy "
+        f"{[round(r['cpu_us_per_chunk'], 2) for r in ours['repeats']]}, nginx "
+        f"{[round(r['cpu_us_per_chunk'], 2) for r in nginx['repeats']]}): {ratio:.2f}x nginx's, over the "
+        f"{CPU_PER_CHUNK_VS_NGINX}x target")
 
 
 def test_nginx_is_compared_where_installed() -> None:

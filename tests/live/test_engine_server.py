@@ -2,6 +2,12 @@
 
 Servers run in-process (asyncio.run per test) at a small time scale, except the one test that
 starts `retrybench engine-server` as a subprocess.
+
+Nothing here depends on this machine's speed: a test waits for the state it needs (with a timeout
+generous enough for a loaded machine, whose message says what was seen), and where a request must
+still be in a given state when the test acts (waiting, in prefill, streaming), the engine's time
+scale and the request's length keep it there for a second or more of wall time. At time scale 1 a
+30,000-token prompt takes four prefill steps of about 0.25 s, and a reply streams a token each 5.5 ms.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from fixtures.waiting import GENEROUS_S, until
 from prometheus_client.parser import text_string_to_metric_families
 
 from retrybench.live.engine_server import EngineServer, EngineServerSettings
@@ -40,7 +47,11 @@ def serve(body: Body, **settings: Any) -> EngineServer:
         port = await server.start()
         try:
             async with aiohttp.ClientSession() as session:
-                await asyncio.wait_for(body(server, session, f"http://127.0.0.1:{port}"), timeout=10)
+                try:
+                    await asyncio.wait_for(body(server, session, f"http://127.0.0.1:{port}"), timeout=2 * GENEROUS_S)
+                except TimeoutError:
+                    raise AssertionError(f"the test did not finish in {2 * GENEROUS_S:.0f} s; live requests: "
+                                         f"{sorted(server.core.stats)[-5:]}") from None
         finally:
             await server.stop()
 
@@ -63,11 +74,6 @@ def tokens_of(chunk: dict[str, Any]) -> int:
     return len(chunk["choices"][0]["text"].split())
 
 
-async def until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.001)
 
 
 async def engine_state(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
@@ -78,12 +84,12 @@ async def engine_state(session: aiohttp.ClientSession, url: str) -> dict[str, An
 
 async def settled(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
     """Poll until the engine holds nothing (aborts are applied at the next batch's end)."""
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + GENEROUS_S
     while True:
         state = await engine_state(session, url)
         if state["live"] == 0 and state["waiting"] == 0 and state["running"] == 0:
             return state
-        assert time.monotonic() < deadline, state
+        assert time.monotonic() < deadline, f"the engine still holds requests after {GENEROUS_S:.0f} s: {state}"
         await asyncio.sleep(0.005)
 
 
@@ -190,17 +196,17 @@ def test_disconnect_while_waiting_aborts_an_unscheduled_request(tmp_path: Path) 
                                     json={"prompt": [7] * 3000, "max_tokens": 50, "stream": True})
         rid = latest_rid(server)
         stats = server.core.stats[rid]
-        assert stats.first_scheduled_s is None and server.core.num_waiting == 1  # behind the long prefill
+        assert stats.first_scheduled_s is None and server.core.num_waiting == 1  # behind the long prefill (1 s)
         second.close()
-        await until(lambda: stats.abort_requested_s is not None)
-        await until(lambda: stats.aborted_s is not None)
+        await until(lambda: stats.abort_requested_s is not None, "the engine to see the disconnect")
+        await until(lambda: stats.aborted_s is not None, "the abort (at the batch's end)")
         result["rid"] = rid
         result["waiting_after"] = server.core.num_waiting
         result["unscheduled"] = stats.first_scheduled_s is None
         first.close()
         result["state"] = await settled(session, url)
 
-    server = serve(body, trace_path=tmp_path / "trace.jsonl", time_scale=0.2)
+    server = serve(body, trace_path=tmp_path / "trace.jsonl", time_scale=1.0)
     rid = result["rid"]
     assert result["waiting_after"] == 0 and result["unscheduled"]
     assert result["state"]["aborted"] == 2 and result["state"]["pending"] == 0
@@ -217,15 +223,15 @@ def test_disconnect_before_first_token_counts_in_queries_not_prompt_tokens() -> 
     async def body(server: EngineServer, session: aiohttp.ClientSession, url: str) -> None:
         response = await session.post(f"{url}/v1/completions", json={"prompt": LONG, "max_tokens": 50, "stream": True})
         stats = server.core.stats[latest_rid(server)]
-        await until(lambda: stats.first_scheduled_s is not None)
-        assert stats.first_token_s is None and server.core.num_running == 1
+        await until(lambda: stats.first_scheduled_s is not None, "its prefill to start")
+        assert stats.first_token_s is None and server.core.num_running == 1  # for the prefill's 1 s
         response.close()
         result["state"] = await settled(session, url)
         async with session.get(f"{url}/metrics") as metrics:
             result["metrics"] = await metrics.text()
         result["computed"] = stats.computed_prompt_tokens
 
-    serve(body, time_scale=0.2)
+    serve(body, time_scale=1.0)
     samples = {s.name: s for family in text_string_to_metric_families(result["metrics"]) for s in family.samples}
     assert samples["vllm:prompt_tokens_total"].value == 0  # no first token: vLLM never counts it
     assert samples["vllm:prefix_cache_queries_total"].value == len(LONG)  # counted at admission
@@ -241,8 +247,8 @@ def test_disconnect_mid_stream_aborts_and_frees_the_engine(tmp_path: Path) -> No
     result: dict[str, Any] = {}
 
     async def body(server: EngineServer, session: aiohttp.ClientSession, url: str) -> None:
-        response = await session.post(f"{url}/v1/completions",
-                                      json={"prompt": list(range(2000)), "max_tokens": 500, "stream": True})
+        response = await session.post(f"{url}/v1/completions",  # 20,000 tokens: 5 s at time scale 0.05
+                                      json={"prompt": list(range(2000)), "max_tokens": 20_000, "stream": True})
         seen = 0
         async for line in response.content:
             if line.startswith(b"data: "):
@@ -271,8 +277,8 @@ def test_queue_cap_refuses_with_503_json_and_an_sse_error_event() -> None:
     result: dict[str, Any] = {}
 
     async def body(server: EngineServer, session: aiohttp.ClientSession, url: str) -> None:
-        holder = await session.post(f"{url}/v1/completions", json={"prompt": [1] * 100, "max_tokens": 400,
-                                                                   "stream": True})
+        holder = await session.post(f"{url}/v1/completions", json={"prompt": [1] * 100, "max_tokens": 30_000,
+                                                                   "stream": True})  # 8 s at time scale 0.05
         async with session.post(f"{url}/v1/completions", json={"prompt": [2] * 100, "max_tokens": 5}) as response:
             result["plain"] = (response.status, await response.json(), response.headers.get("Retry-After"))
         async with session.post(f"{url}/v1/completions",
@@ -302,8 +308,12 @@ def test_trace_is_flushed_while_running_and_valid_jsonl_after_stop(tmp_path: Pat
     async def body(server: EngineServer, session: aiohttp.ClientSession, url: str) -> None:
         async with session.post(f"{url}/v1/completions", json={"prompt": [5] * 3000, "max_tokens": 8}) as response:
             assert response.status == 200
-        await asyncio.sleep(0.7)  # one periodic flush
-        result["lines_before_stop"] = len(path.read_text().splitlines())
+
+        def lines() -> int:
+            return len(path.read_text().splitlines()) if path.exists() else 0
+
+        await until(lambda: lines() > 1, "a periodic flush of the trace", seen=lines)  # every 0.5 s
+        result["lines_before_stop"] = lines()
 
     serve(body, trace_path=path)
     assert result["lines_before_stop"] > 1  # events reach the file before stop (SIGKILL loses < 0.5 s)
@@ -327,12 +337,12 @@ def test_server_process_serves_health_and_terminates_cleanly(tmp_path: Path) -> 
     url = f"http://127.0.0.1:{port}"
     server = ServerProcess(argv, health_url=f"{url}/health", log_path=tmp_path / "engine.log")
     with server:
-        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+        with urllib.request.urlopen(f"{url}/health", timeout=GENEROUS_S) as response:
             assert response.status == 200
         request = urllib.request.Request(f"{url}/v1/completions", method="POST",
                                          data=json.dumps({"prompt": [1, 2, 3], "max_tokens": 4}).encode(),
                                          headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=GENEROUS_S) as response:
             assert json.load(response)["usage"]["completion_tokens"] == 4
         process = server._process
         assert process is not None and process.poll() is None

@@ -4,8 +4,10 @@ Three diagnostic conditions on Qwen2.5-7B-Instruct (H100 profile), trace seed 1,
 and client, every clock at one tenth of real time (a 947-s run in ~95-140 s wall). The claim
 (Finding 1, Section 6): with retries and cancellation on the engine does not recover; with retries
 off, and with coalescing, it does. Beside each live run, the simulator runs the same spec; the
-live decision log must replay through the simulator's ProxyCore with the same decisions, and the
-load generator must have sent on time (p99 lateness <= 2 ms) so the harness is not the bottleneck.
+live decision log must replay through the simulator's ProxyCore with the same decisions. The load
+generator's send lateness is reported beside each run, not asserted: how late a send is depends on
+what else the machine runs (benchmarks/perf/test_loadgen_lateness.py judges it against a bare sender
+measured in the same run).
 """
 
 from __future__ import annotations

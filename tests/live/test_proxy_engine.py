@@ -4,6 +4,12 @@ Each test runs one event loop holding the engine server, the proxy and an aiohtt
 request crosses real loopback sockets twice. The engine runs at a small time scale; the tests read
 its state from /retrybench/engine and its core's per-request stats (the engine's rid is not the
 proxy's execution id: a test finds its request as the newest rid once it was sent).
+
+Nothing here depends on this machine's speed: a test waits for the state it needs (with a timeout
+generous enough for a loaded machine, whose message says what was seen); where a request must still
+be in a given state when the test acts (waiting, in prefill, streaming), the engine's time scale
+keeps it there for a second or more of wall time; a policy's timers are checked on the proxy's own
+clock, from its decision log.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from fixtures.waiting import GENEROUS_S, until
 from prometheus_client.parser import text_string_to_metric_families
 
 from retrybench.analysis.conformance import replay
@@ -87,20 +94,27 @@ class Stack:
     async def newest(self, seen: int) -> ExecutionStats:
         """The engine's stats of the request that arrives after `seen` requests."""
         stats = self.engine.core.stats
-        await until(lambda: len(stats) > seen, "the request to reach the engine")
+        await until(lambda: len(stats) > seen, "the request to reach the engine", seen=lambda: len(stats))
         return stats[max(stats)]
 
     async def settle(self) -> None:
         """The proxy holds no execution and no subscriber (else it leaked one)."""
-        await until(lambda: not self.proxy.relays and self.proxy.open_subscribers == 0, "the proxy to settle")
+        await until(lambda: not self.proxy.relays and self.proxy.open_subscribers == 0, "the proxy to settle",
+                    seen=lambda: f"executions {sorted(self.proxy.relays)}, subscribers {self.proxy.open_subscribers}")
+
+    def events(self, ev: str, **fields: Any) -> list[dict[str, Any]]:
+        """The proxy's decision-log events of kind `ev` with these field values."""
+        return [e for e in self.proxy.log.events if e["ev"] == ev and all(e.get(k) == v for k, v in fields.items())]
+
+    async def logged(self, ev: str, **fields: Any) -> dict[str, Any]:
+        """Wait for the first decision-log event of kind `ev` with these field values."""
+        await until(lambda: bool(self.events(ev, **fields)), f"a {ev!r} event with {fields} in the decision log",
+                    seen=lambda: self.proxy.log.events[-5:])
+        return self.events(ev, **fields)[0]
 
 
-async def until(condition: Callable[[], bool], what: str, timeout_s: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.002)
+
+
 
 
 @asynccontextmanager
@@ -118,13 +132,17 @@ async def stack(chosen: ProxyPolicy, engine: dict[str, Any], proxy: dict[str, An
         await engine_server.stop()
 
 
-def run(chosen: ProxyPolicy, test: Callable[[Stack], Awaitable[None]], timeout_s: float = 10.0,
+def run(chosen: ProxyPolicy, test: Callable[[Stack], Awaitable[None]], timeout_s: float = 2 * GENEROUS_S,
         proxy: dict[str, Any] | None = None, **engine: Any) -> None:
     engine.setdefault("time_scale", 0.05)
 
     async def main() -> None:
         async with stack(chosen, engine, proxy or {}) as s:
-            await asyncio.wait_for(test(s), timeout_s)
+            try:
+                await asyncio.wait_for(test(s), timeout_s)
+            except TimeoutError:
+                raise AssertionError(f"the test did not finish in {timeout_s:.0f} s; the engine: "
+                                     f"{await s.engine_state()}") from None
 
     run_event_loop(main)
 
@@ -154,8 +172,13 @@ def texts(raw: bytes) -> list[str]:
 @pytest.mark.parametrize("moment", ["waiting", "prefill", "mid_stream"])
 def test_a_client_leaving_aborts_the_engine_request_only_with_cancellation(moment: str, cancel: bool,
                                                                            tmp_path: Path) -> None:
-    """Cancellation on: the abort reaches the engine within 0.5 s wherever the request was (queued in
-    the engine, in prefill, streaming). Off: the engine runs it to completion for nobody."""
+    """Cancellation on: the abort reaches the engine wherever the request was (queued in the engine,
+    in prefill, streaming), before the request could end otherwise (seconds later). Off: the engine
+    runs it to completion for nobody.
+
+    The engine runs in real time (time scale 1), so that each state lasts a second or more of wall
+    time: two 30,000-token prefills ahead keep a request waiting for 2 s, a 30,000-token prefill
+    takes 1 s, and a reply streams a token each 5.5 ms."""
     trace_path = tmp_path / "trace.jsonl"
     result: dict[str, int] = {}
 
@@ -166,10 +189,8 @@ def test_a_client_leaving_aborts_the_engine_request_only_with_cancellation(momen
                 holders.append(await s.direct(completion(long_prompt(i), 2000)).__aenter__())
             await s.newest(1)
         seen = len(s.engine.core.stats)
-        if moment == "prefill":
-            payload = completion(long_prompt(9), 20)
-        else:
-            payload = completion(prompt(0), 2000 if cancel and moment == "mid_stream" else 300)
+        tokens = 2000 if cancel else 20 if moment == "prefill" else 300  # with cancellation: it would run 11 s
+        payload = completion(long_prompt(9) if moment == "prefill" else prompt(0), tokens)
         response = await s.post(payload, key="call-1").__aenter__()
         assert response.status == 200
         mine = await s.newest(seen)
@@ -187,29 +208,29 @@ def test_a_client_leaving_aborts_the_engine_request_only_with_cancellation(momen
         left = time.monotonic()
         response.close()
         if cancel:
-            while True:
-                after = await s.engine_state()
-                if after["live"] < before["live"]:
-                    break
-                assert time.monotonic() - left < 0.5, f"the engine still holds it: {after}"
+            while (state := await s.engine_state())["live"] >= before["live"]:  # by the abort, or by finishing
+                assert time.monotonic() - left < GENEROUS_S, f"the engine still holds it {GENEROUS_S:.0f} s on: {state}"
                 await asyncio.sleep(0.002)
-            assert after["aborted"] == before["aborted"] + 1 and after["pending"] == before["pending"] - 1
+            assert state["aborted"] == before["aborted"] + 1 and state["pending"] == before["pending"] - 1, (
+                f"{time.monotonic() - left:.3f} s after the client left, the request left the engine without an "
+                f"abort: before {before}, after {state}")
             counts = {"waiting": "waiting", "prefill": "running", "mid_stream": "running"}[moment]
-            assert after[counts] < before[counts]
+            assert state[counts] < before[counts], (before, state)
             assert mine.abort_requested_s is not None and mine.finished_s is None
             await s.settle()
             assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 1
         for holder in holders:
             holder.close()
         if not cancel:
-            await until(lambda: mine.finished_s is not None, "the orphan to finish")
+            await until(lambda: mine.finished_s is not None, "the orphan to finish",
+                        seen=lambda: f"{s.engine.core.output_tokens(mine.rid)} of {tokens} tokens")
             assert mine.abort_requested_s is None
             await s.settle()
             assert await s.metric("retrybench_proxy_executions_total", fate="orphaned") == 1
             assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 0
 
     chosen = policy("retries-on-cancel-on" if cancel else "retries-on-cancel-off")
-    run(chosen, test, time_scale=0.2, trace_path=trace_path)
+    run(chosen, test, time_scale=1.0, trace_path=trace_path)
     _, events = read_trace(trace_path)
     kinds = [e["event"] for e in events if e.get("execution") == result["rid"]]
     assert ("abort_requested" in kinds) == cancel and ("finished" in kinds) == (not cancel)
@@ -221,7 +242,7 @@ def test_a_client_leaving_aborts_the_engine_request_only_with_cancellation(momen
 
 
 def test_a_retry_with_the_same_key_attaches_and_gets_the_whole_output() -> None:
-    payload = completion(prompt(1), 800)
+    payload = completion(prompt(1), 300)  # 1.7 s at time scale 1: the retry comes within milliseconds
 
     async def test(s: Stack) -> None:
         async with s.post(payload, key="unbroken") as response:
@@ -231,45 +252,52 @@ def test_a_retry_with_the_same_key_attaches_and_gets_the_whole_output() -> None:
         assert first.headers["X-Retrybench-Attached"] == "0"
         await first.content.readuntil(b"\n\n")
         first.close()  # its client timed out; cancellation is off, so the execution runs on
-        await asyncio.sleep(0.02)
+        await s.logged("left", attempt=0, call=1)  # the proxy saw it leave: the retry attaches to an orphan
         async with s.post(payload, key="call-1") as retry:
             assert retry.headers["X-Retrybench-Attached"] == "1"
             assert retry.headers["X-Retrybench-Execution"] == first.headers["X-Retrybench-Execution"]
             attached = texts(await retry.read())
-        assert "".join(attached) == "".join(unbroken) == " tok" * 800
+        assert "".join(attached) == "".join(unbroken) == " tok" * 300
         assert len(attached) == len(unbroken)  # replayed from the first chunk, then live
         assert len(s.engine.core.stats) == seen + 1  # both attempts were served by one engine request
         await s.settle()
         assert await s.metric("retrybench_proxy_executions_total", fate="attached") == 1
 
-    run(policy("coalescing"), test)
+    run(policy("coalescing"), test, time_scale=1.0)
 
 
 def test_deferred_cancellation_aborts_after_w_only_when_nobody_reattached() -> None:
-    w = 0.3
+    """The timers are checked on the proxy's clock, from its decision log (when each attempt left,
+    when each timer fell due), whatever this machine's speed made of the wall time in between."""
+    w = 1.0
 
     async def test(s: Stack) -> None:
-        payload = completion(prompt(2), 6000)  # ~1.7 s wall: longer than the test
+        payload = completion(prompt(2), 30_000)  # 33 s at time scale 0.2: longer than the test
         first = await s.post(payload, key="call-1").__aenter__()
+        execution = int(first.headers["X-Retrybench-Execution"])
         mine = await s.newest(0)
         await first.content.readuntil(b"\n\n")
         first.close()
-        await asyncio.sleep(0.1)  # within W: the execution lives
-        assert mine.abort_requested_s is None
+        left = await s.logged("left", call=0, attempt=0)
         retry = await s.post(payload, key="call-1").__aenter__()
-        assert retry.headers["X-Retrybench-Attached"] == "1"
-        await asyncio.sleep(w)  # the first attempt's timer falls due while the retry is attached
-        assert mine.abort_requested_s is None
+        assert retry.headers["X-Retrybench-Attached"] == "1", (
+            f"the retry did not attach; it came {s.proxy.now() - left['t']:.3f} s after the first attempt left, "
+            f"W = {w} s")
+        due = await s.logged("timer", execution=execution)  # the first attempt's, while the retry is attached
+        assert due["actions"] == [] and mine.abort_requested_s is None, due
+        assert due["t"] >= left["t"] + w, (left, due)
         retry.close()
-        left = time.monotonic()
-        await asyncio.sleep(w / 2)
-        assert mine.abort_requested_s is None
-        await until(lambda: mine.abort_requested_s is not None, "the deferred cancellation", timeout_s=1.0)
-        assert w <= time.monotonic() - left < w + 0.5
+        left_again = await s.logged("left", call=0, attempt=1)
+        await until(lambda: mine.abort_requested_s is not None, "the deferred cancellation to reach the engine",
+                    seen=lambda: s.proxy.log.events[-3:])
+        cancel = s.events("timer", execution=execution)[1]
+        assert cancel["actions"] == [["cancel", execution]], cancel
+        after = cancel["t"] - left_again["t"]
+        assert after >= w, f"cancelled {after:.3f} s after the retry left (proxy clock): sooner than W = {w} s"
         assert len(s.engine.core.stats) == 1 and mine.finished_s is None
         await s.settle()
 
-    run(policy("deferred-cancellation", defer_s=w), test)
+    run(policy("deferred-cancellation", defer_s=w), test, time_scale=0.2)
 
 
 # -- refusals ---------------------------------------------------------------------------------------
@@ -294,7 +322,7 @@ def test_a_retry_beyond_the_budget_gets_429_and_never_reaches_the_engine() -> No
 
 def test_the_engines_queue_cap_503_passes_through_in_both_forms() -> None:
     async def test(s: Stack) -> None:
-        holder = await s.direct(completion(prompt(4), 2000)).__aenter__()
+        holder = await s.direct(completion(prompt(4), 30_000)).__aenter__()  # 8 s at time scale 0.05
         await s.newest(0)
         async with s.post(completion(prompt(5), 5, stream=False)) as plain:
             assert plain.status == 503
@@ -319,7 +347,8 @@ def test_the_engines_queue_cap_503_passes_through_in_both_forms() -> None:
 def test_the_decision_log_of_a_mixed_workload_replays_with_the_same_decisions() -> None:
     """A dozen concurrent calls, half leaving early and retried with their key, then one left alone:
     the simulator's core, fed the live log, decides the same creates, attaches and cancellations."""
-    chosen = policy("deferred-cancellation", defer_s=0.2)
+    w = 1.0
+    chosen = policy("deferred-cancellation", defer_s=w)
 
     async def test(s: Stack) -> None:
         async def attempt(i: int, leave_after_chunks: int | None, n: int) -> None:
@@ -331,14 +360,21 @@ def test_the_decision_log_of_a_mixed_workload_replays_with_the_same_decisions() 
                     await response.content.readuntil(b"\n\n")
                 response.close()
 
-        await asyncio.gather(*(attempt(i, 2 if i % 2 else None, 1000 if i % 2 else 20) for i in range(12)))
-        await asyncio.gather(*(attempt(i, None, 1000) for i in range(1, 12, 2)))  # the retries attach
-        await attempt(99, 1, 3000)
-        await asyncio.sleep(0.4)  # its deferred cancellation falls due
+        async def call(i: int) -> None:
+            if i % 2 == 0:
+                await attempt(i, None, 20)
+                return
+            await attempt(i, 2, 1000)  # leaves early; its execution streams on for over a second
+            await attempt(i, None, 1000)  # the retry, at once: it attaches within W
+
+        await asyncio.gather(*(call(i) for i in range(12)))
+        await attempt(99, 1, 3000)  # left alone (over 3 s of stream): cancelled W after it left
+        await until(lambda: s.engine.aborts == 1, "call 99's deferred cancellation to reach the engine",
+                    seen=lambda: s.proxy.log.events[-3:])
         await s.settle()
         checked, mismatches = replay(chosen, s.proxy.log.events)
         assert mismatches == []
-        assert (checked.get("create"), checked.get("attach"), checked.get("cancel")) == (13, 6, 1)
+        assert (checked.get("create"), checked.get("attach"), checked.get("cancel")) == (13, 6, 1), checked
         assert len(s.engine.core.stats) == 13 and s.engine.aborts == 1
 
-    run(chosen, test)
+    run(chosen, test, time_scale=0.2)

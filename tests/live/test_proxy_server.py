@@ -2,6 +2,10 @@
 
 Each test runs one asyncio loop (`asyncio.run`) holding the stub upstream, the proxy and an aiohttp
 client, so what crosses the sockets is real HTTP on loopback.
+
+Nothing here depends on this machine's speed: a test waits for the state it needs (with a timeout
+generous enough for a loaded machine, whose message says what was seen), streams outlast the test
+by seconds, and a policy's timers are checked on the proxy's own clock, from its decision log.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -16,6 +21,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from fixtures.waiting import until
 from prometheus_client.parser import text_string_to_metric_families
 
 from retrybench.analysis.conformance import replay
@@ -50,16 +56,22 @@ class Stack:
 
     async def settle(self) -> None:
         """Wait until the proxy holds no execution and no subscriber (or fail: a leak)."""
-        await until(lambda: not self.proxy.relays and self.proxy.open_subscribers == 0, "proxy to settle")
+        await until(lambda: not self.proxy.relays and self.proxy.open_subscribers == 0, "the proxy to settle",
+                    seen=lambda: f"executions {sorted(self.proxy.relays)}, subscribers {self.proxy.open_subscribers}")
+
+    def events(self, ev: str, **fields: Any) -> list[dict[str, Any]]:
+        """The proxy's decision-log events of kind `ev` with these field values."""
+        return [e for e in self.proxy.log.events if e["ev"] == ev and all(e.get(k) == v for k, v in fields.items())]
+
+    async def logged(self, ev: str, **fields: Any) -> dict[str, Any]:
+        """Wait for the first decision-log event of kind `ev` with these field values."""
+        await until(lambda: bool(self.events(ev, **fields)), f"a {ev!r} event with {fields} in the decision log",
+                    seen=lambda: self.proxy.log.events[-5:])
+        return self.events(ev, **fields)[0]
 
 
-async def until(condition: Callable[[], bool], what: str, timeout_s: float = 2.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
+
+
 
 
 @asynccontextmanager
@@ -142,8 +154,10 @@ def test_a_whole_response_is_relayed_with_its_status() -> None:
 
 @pytest.mark.parametrize("moment", ["before_first_token", "mid_stream"])
 def test_a_client_leaving_closes_the_upstream_stream_when_cancellation_is_on(moment: str) -> None:
+    # The upstream would stream for 10 s more (its first token 10 s away, or 500 chunks 20 ms apart):
+    # the disconnect must reach it first, however slow the machine.
     async def test(s: Stack) -> None:
-        payload = body(50, interval_ms=20, first_delay_ms=1000 if moment == "before_first_token" else 0)
+        payload = body(500, interval_ms=20, first_delay_ms=10_000 if moment == "before_first_token" else 0)
         response = await s.post(payload, key="c1").__aenter__()
         assert response.status == 200
         if moment == "mid_stream":
@@ -151,9 +165,11 @@ def test_a_client_leaving_closes_the_upstream_stream_when_cancellation_is_on(mom
         else:
             await until(lambda: s.stub.open_streams == 1, "the upstream stream to open")
         response.close()  # the client leaves: its connection closes
-        await until(lambda: s.stub.disconnects == 1, "the upstream to see the disconnect", timeout_s=0.5)
+        took = await until(lambda: s.stub.disconnects or s.stub.completed, "the upstream stream to end")
+        assert (s.stub.disconnects, s.stub.completed) == (1, 0), (
+            f"the upstream stream ended {took:.3f} s after the client left with {s.stub.disconnects} disconnects "
+            f"and {s.stub.completed} completed: the client's leaving did not reach it")
         await s.settle()
-        assert s.stub.completed == 0
         assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 1
 
     run(policy("retries-on-cancel-on"), test)
@@ -174,10 +190,11 @@ def test_with_cancellation_off_a_left_execution_runs_on_as_an_orphan() -> None:
 
 def test_a_queued_execution_whose_client_left_is_dropped_before_the_engine() -> None:
     async def test(s: Stack) -> None:
-        holder = await s.post(body(30, interval_ms=20), key="hold").__aenter__()
+        holder = await s.post(body(1000, interval_ms=20), key="hold").__aenter__()  # 20 s: it holds the one slot
         await holder.content.readuntil(b"\n\n")
         queued = asyncio.ensure_future(s.post(body(3), key="queued").__aenter__())
-        await until(lambda: s.proxy.core.waiting == 1, "the second execution to queue")
+        await until(lambda: s.proxy.core.waiting == 1, "the second execution to queue",
+                    seen=lambda: f"{s.proxy.core.waiting} waiting, {len(s.proxy.relays)} executions")
         assert await s.metric("retrybench_proxy_queue_depth") == 1
         queued.cancel()  # the client gives up while its execution waits in the proxy's queue
         await until(lambda: s.proxy.core.waiting == 0, "the drop")
@@ -194,16 +211,18 @@ def test_a_queued_execution_whose_client_left_is_dropped_before_the_engine() -> 
 
 def test_a_retry_attaches_to_its_calls_live_execution_and_gets_the_whole_output() -> None:
     async def test(s: Stack) -> None:
-        payload = body(30, interval_ms=10)
-        expected = await direct_bytes(s, payload)
+        payload = body(100, interval_ms=20)  # 2 s: the retry comes within milliseconds
+        expected_bytes = asyncio.ensure_future(direct_bytes(s, payload))
         first = await s.post(payload, key="call-1").__aenter__()
         await first.content.readuntil(b"\n\n")
         first.close()  # the first attempt times out; cancellation is off, so the execution lives on
-        await asyncio.sleep(0.05)
+        await s.logged("left", call=0, attempt=0)  # the proxy saw it leave: the retry attaches to an orphan
+        assert s.proxy.relays, "the execution ended before its retry came"
         async with s.post(payload, key="call-1") as retry:
             assert retry.headers["X-Retrybench-Attached"] == "1"
             assert retry.headers["X-Retrybench-Execution"] == first.headers["X-Retrybench-Execution"]
             got = await retry.read()
+        expected = await expected_bytes
         assert got == expected  # replayed from the start, then live
         assert s.stub.requests == 2  # the direct request and the one execution
         async with s.post({**payload, "max_tokens": 3}, key="call-1") as changed:
@@ -217,37 +236,61 @@ def test_a_retry_attaches_to_its_calls_live_execution_and_gets_the_whole_output(
 
 
 def test_deferred_cancellation_cancels_after_w_only_when_nobody_reattached() -> None:
+    """The timers are checked on the proxy's clock, from its decision log (when each attempt left,
+    when each timer fell due), whatever this machine's speed made of the wall time in between."""
+    w = 1.0
+
     async def test(s: Stack) -> None:
-        payload = body(300, interval_ms=10)  # 3 s: longer than the test
+        payload = body(3000, interval_ms=10)  # 30 s: longer than the test
         first = await s.post(payload, key="call-1").__aenter__()
+        execution = int(first.headers["X-Retrybench-Execution"])
         await first.content.readuntil(b"\n\n")
         first.close()
-        await asyncio.sleep(0.1)  # within W = 0.3 s: still live
-        assert s.stub.disconnects == 0
+        left = await s.logged("left", call=0, attempt=0)
         retry = await s.post(payload, key="call-1").__aenter__()
-        assert retry.headers["X-Retrybench-Attached"] == "1"
-        await asyncio.sleep(0.3)  # the first timer falls due while the retry is attached: no cancel
-        assert s.stub.disconnects == 0
+        assert retry.headers["X-Retrybench-Attached"] == "1", (
+            f"the retry did not attach; it came {s.proxy.now() - left['t']:.3f} s after the first attempt left, "
+            f"W = {w} s")
+        due = await s.logged("timer", execution=execution)  # the first attempt's, while the retry is attached
+        assert due["actions"] == [] and s.stub.disconnects == 0, (due, s.stub.disconnects)
+        assert due["t"] >= left["t"] + w, (left, due)
         retry.close()
-        await asyncio.sleep(0.15)
-        assert s.stub.disconnects == 0  # W has not passed since the retry left
-        await until(lambda: s.stub.disconnects == 1, "the deferred cancellation", timeout_s=0.5)
+        left_again = await s.logged("left", call=0, attempt=1)
+        await until(lambda: len(s.events("timer", execution=execution)) == 2, "the retry's timer to fall due",
+                    seen=lambda: s.proxy.log.events[-3:])
+        cancel = s.events("timer", execution=execution)[1]
+        assert cancel["actions"] == [["cancel", execution]], cancel
+        after = cancel["t"] - left_again["t"]
+        assert after >= w, f"cancelled {after:.3f} s after the retry left (proxy clock): sooner than W = {w} s"
+        took = await until(lambda: s.stub.disconnects or s.stub.completed, "the upstream stream to end")
+        assert (s.stub.disconnects, s.stub.completed) == (1, 0), (
+            f"{took:.3f} s after the cancellation the upstream had {s.stub.disconnects} disconnects and "
+            f"{s.stub.completed} completed streams")
         await s.settle()
-        assert s.stub.completed == 0
 
-    run(policy("deferred-cancellation", defer_s=0.3), test)
+    run(policy("deferred-cancellation", defer_s=w), test)
 
 
 def test_a_time_scale_stretches_the_policys_timers() -> None:
-    async def test(s: Stack) -> None:
-        first = await s.post(body(100, interval_ms=10), key="call-1").__aenter__()
-        await first.content.readuntil(b"\n\n")
-        first.close()
-        await asyncio.sleep(0.2)  # W = 10 policy seconds = 0.5 wall seconds at scale 0.05
-        assert s.stub.disconnects == 0
-        await until(lambda: s.stub.disconnects == 1, "the deferred cancellation", timeout_s=0.6)
+    """W = 10 policy seconds is 0.5 wall seconds at time scale 0.05: the cancellation comes at least
+    0.5 s after the client left, and sooner than the 10 s an unscaled timer would take."""
+    scale, w = 0.05, 10.0
 
-    run(policy("deferred-cancellation", defer_s=10.0), test, time_scale=0.05)
+    async def test(s: Stack) -> None:
+        first = await s.post(body(2000, interval_ms=10), key="call-1").__aenter__()  # 20 s of stream
+        await first.content.readuntil(b"\n\n")
+        began = time.monotonic()
+        first.close()
+        left = await s.logged("left", call=0, attempt=0)
+        await until(lambda: s.stub.disconnects or s.stub.completed, "the deferred cancellation (unscaled, it "
+                    f"would take {w:.0f} s)", timeout_s=w, seen=lambda: s.proxy.log.events[-3:])
+        took = time.monotonic() - began
+        assert (s.stub.disconnects, s.stub.completed) == (1, 0), (s.stub.disconnects, s.stub.completed)
+        assert took >= w * scale, f"cancelled {took:.3f} s after the client left: sooner than W = {w * scale} s"
+        cancel = await s.logged("timer")
+        assert cancel["t"] >= left["t"] + w, (left, cancel)  # in policy seconds, on the proxy's clock
+
+    run(policy("deferred-cancellation", defer_s=w), test, time_scale=scale)
 
 
 # -- refusals ---------------------------------------------------------------------------------------
@@ -338,10 +381,11 @@ def test_health_and_metrics() -> None:
 
 
 def test_the_decision_log_replays_through_the_simulators_core_with_the_same_decisions() -> None:
-    chosen = policy("deferred-cancellation", defer_s=0.2)
+    w = 1.0
+    chosen = policy("deferred-cancellation", defer_s=w)
 
     async def test(s: Stack) -> None:
-        async def attempt(key: str, leave_after_chunks: int | None, n: int = 20) -> None:
+        async def attempt(key: str, leave_after_chunks: int | None, n: int) -> None:
             async with s.post(body(n, interval_ms=5), key=key) as response:
                 if leave_after_chunks is None:
                     await response.read()
@@ -350,15 +394,21 @@ def test_the_decision_log_replays_through_the_simulators_core_with_the_same_deci
                     await response.content.readuntil(b"\n\n")
                 response.close()
 
-        await asyncio.gather(*(attempt(f"call-{i}", 2 if i % 2 else None, n=100 if i % 2 else 20)
-                               for i in range(6)))
-        await asyncio.gather(*(attempt(f"call-{i}", None, n=100) for i in range(1, 6, 2)))  # retries attach
-        await attempt("call-9", 1, n=200)
-        await asyncio.sleep(0.4)  # its deferred cancellation falls due
+        async def call(i: int) -> None:
+            if i % 2 == 0:
+                await attempt(f"call-{i}", None, n=20)
+                return
+            await attempt(f"call-{i}", 2, n=400)  # leaves early; its execution streams for 2 s
+            await attempt(f"call-{i}", None, n=400)  # the retry, at once: it attaches within W
+
+        await asyncio.gather(*(call(i) for i in range(6)))
+        await attempt("call-9", 1, n=2000)  # left alone (10 s of stream): cancelled W after it left
+        await until(lambda: any(e["actions"] for e in s.events("timer")), "call-9's deferred cancellation",
+                    seen=lambda: s.proxy.log.events[-3:])
         await s.settle()
         checked, mismatches = replay(chosen, s.proxy.log.events)
         assert mismatches == []
-        assert checked.get("create", 0) == 7 and checked.get("attach", 0) == 3 and checked.get("cancel", 0) == 1
+        assert (checked.get("create"), checked.get("attach"), checked.get("cancel")) == (7, 3, 1), checked
 
     run(chosen, test)
 
@@ -372,18 +422,20 @@ def test_the_openai_sdks_own_retries_attach_to_the_live_execution() -> None:
     openai = pytest.importorskip("openai")
 
     async def test(s: Stack) -> None:
-        # The execution takes ~1 s; the SDK's attempt timeout is 0.4 s, so its first attempt times out,
-        # it backs off (~0.4-0.5 s) and retries with the same body and the caller's Idempotency-Key.
-        client = openai.AsyncOpenAI(base_url=s.url + "/v1", api_key="tenant-a", timeout=0.4, max_retries=2)
+        # The execution takes 4.2 s; the SDK's attempt timeout is 2.5 s, so its first attempt times out,
+        # it backs off (0.375-0.5 s: 0.5 s less up to a quarter) and retries with the same body and the
+        # caller's Idempotency-Key at 2.9-3.0 s; that attempt waits until 5.4-5.5 s. So the retry
+        # finds the execution live, and gets its answer, with more than a second to spare either side.
+        client = openai.AsyncOpenAI(base_url=s.url + "/v1", api_key="tenant-a", timeout=2.5, max_retries=2)
         try:
             completion = await client.completions.create(
-                model="m", prompt=[101, 102, 103], max_tokens=20, extra_body={"stub": {"interval_ms": 50}},
+                model="m", prompt=[101, 102, 103], max_tokens=42, extra_body={"stub": {"interval_ms": 100}},
                 extra_headers={"Idempotency-Key": "sdk-call-1"})
         finally:
             await client.close()
-        assert completion.choices[0].text == " tok" * 20
+        assert completion.choices[0].text == " tok" * 42
         decisions = [e["decision"] for e in s.proxy.log.events if e["ev"] == "attempt"]
-        assert decisions[0] == "create" and "attach" in decisions[1:]
+        assert decisions[0] == "create" and "attach" in decisions[1:], decisions
         assert s.stub.requests == 1  # one execution served every attempt of the call
         await s.settle()
 

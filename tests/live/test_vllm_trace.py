@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from retrybench.analysis.prompt_work import prompt_work
+from retrybench.live import vllm_trace
 from retrybench.live.vllm_trace import TraceRecorder, check_vllm_version
 from retrybench.tracefile import read_trace
 
@@ -170,10 +171,24 @@ def test_the_trace_is_flushed_and_the_overhead_noted_while_vllm_runs(traced: tup
     recorder, clock, path = traced
     recorder.queued(request("cmpl-a", 10))
     clock.now += 6.0  # past STATS_S
-    deadline = time.monotonic() + 3.0
+    deadline = time.monotonic() + 30.0  # the flusher thread runs every 0.25 s; a loaded machine delays it
     while '"trace_stats"' not in path.read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [e["event"] for e in lines[1:]] == ["queued", "trace_stats"]
     assert lines[-1]["wall_s"] == 6.0
+    recorder.close()
+
+
+def test_flush_puts_every_recorded_event_on_disk_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tracing scheduler flushes when the engine goes idle, so that a reader who sees vLLM's
+    gauges at 0 finds the whole trace on disk without waiting for the flusher thread."""
+    monkeypatch.setattr(vllm_trace, "FLUSH_S", 3600.0)  # the flusher thread stays out of the way
+    path = tmp_path / "trace.jsonl"
+    recorder = TraceRecorder(path, {"max_num_batched_tokens": 64}, clock=Clock())
+    recorder.queued(request("cmpl-a", 10))
+    recorder.aborted([request("cmpl-a", 10)])
+    recorder.flush()
+    events = [json.loads(line)["event"] for line in path.read_text().splitlines()[1:]]
+    assert events[:3] == ["queued", "abort_requested", "aborted"]
     recorder.close()

@@ -207,10 +207,10 @@ class ProxyCore:
     def _create(self, attempt: AttemptIn, now: float) -> Create:
         execution_id = self._next_id
         self._next_id += 1
-        execution = Execution(execution_id, attempt.key, attempt.subscriber, now, attempt.prompt_tokens)
-        execution.subscribers.add(attempt.subscriber)
+        subscriber = attempt.subscriber
+        execution = Execution(execution_id, attempt.key, subscriber, now, attempt.prompt_tokens, {subscriber})
         self.executions[execution_id] = execution
-        self._by_subscriber[attempt.subscriber] = execution_id
+        self._by_subscriber[subscriber] = execution_id
         self._live_by_key[attempt.key] = execution_id
         cap = self.policy.max_outstanding
         if cap is None or self._outstanding < cap:
@@ -295,7 +295,8 @@ class ProxyCore:
         self._end(execution, "cancelled")
         self.counts.executions_cancelled += 1
         self._outstanding -= 1
-        return [Cancel(execution.execution_id), *self._dispatch_next()]
+        cancel = Cancel(execution.execution_id)
+        return [cancel, *self._dispatch_next()] if self._queue else [cancel]
 
     def _end(self, execution: Execution, state: str) -> None:
         execution.state = state

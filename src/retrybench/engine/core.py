@@ -49,13 +49,6 @@ class ExecutionStats:
     preemptions: int = 0
 
 
-@dataclass(slots=True)
-class _InFlight:
-    batch: Batch
-    start_s: float
-    end_s: float
-
-
 @dataclass
 class EngineCore:
     profile: EngineProfile
@@ -64,7 +57,7 @@ class EngineCore:
     scheduler: Scheduler = field(init=False)
     stats: dict[int, ExecutionStats] = field(init=False, default_factory=dict)
     _requests: dict[int, Request] = field(init=False, default_factory=dict)
-    _inflight: deque[_InFlight] = field(init=False, default_factory=deque)
+    inflight: deque[Batch] = field(init=False, default_factory=deque)  # issued batches, oldest first
     _aborts: list[int] = field(init=False, default_factory=list)
     _unfinished: int = field(init=False, default=0)
 
@@ -72,6 +65,8 @@ class EngineCore:
         engine = self.profile.engine
         self.scheduler = Scheduler(engine, self.profile.kv_blocks, self.prefix_tokens)
         self._depth = 2 if engine.async_scheduling else 1
+        self._step_time_s = self.profile.step_timer()
+        self._queue_cap = engine.max_num_queued_reqs
 
     # -- gauges (vllm:num_requests_waiting / _running) ----------------------------------------
 
@@ -85,16 +80,16 @@ class EngineCore:
 
     @property
     def idle(self) -> bool:
-        return not self._inflight
+        return not self.inflight
 
     def next_done_s(self) -> float | None:
-        return self._inflight[0].end_s if self._inflight else None
+        return self.inflight[0].end_s if self.inflight else None
 
     # -- front-end calls ---------------------------------------------------------------------
 
     def submit(self, rid: int, *, prompt_len: int, max_tokens: int, prompt_key: object, now: float) -> bool:
         """Queue an execution; False is vLLM's 503 when the queue cap would be exceeded."""
-        cap = self.profile.engine.max_num_queued_reqs
+        cap = self._queue_cap
         if cap is not None and self._unfinished + 1 > cap:
             return False
         scheduler = self.scheduler
@@ -103,8 +98,9 @@ class EngineCore:
         self.stats[rid] = ExecutionStats(rid=rid, queued_s=now, prompt_tokens=prompt_len)
         self._unfinished += 1
         scheduler.add(request)
-        self._log(now, "queued", rid, prompt_tokens=prompt_len)
-        if not self._inflight:
+        if self.trace is not None:
+            self._log(now, "queued", rid, prompt_tokens=prompt_len)
+        if not self.inflight:
             self._fill(now)
         return True
 
@@ -118,8 +114,9 @@ class EngineCore:
             return
         stats.abort_requested_s = now
         self._unfinished -= 1
-        self._log(now, "abort_requested", rid)
-        if self._inflight:
+        if self.trace is not None:
+            self._log(now, "abort_requested", rid)
+        if self.inflight:
             self._aborts.append(rid)
         else:
             self._apply_abort(rid, now)
@@ -129,33 +126,36 @@ class EngineCore:
 
     def on_batch_done(self, now: float) -> list[EngineEvent]:
         """The head batch finished at `now`: apply aborts, process its output, refill the pipe."""
-        done = self._inflight.popleft()
-        for rid in self._aborts:
-            self._apply_abort(rid, now)
-        self._aborts.clear()
-        first, finished = self.scheduler.update_from_output(done.batch)
+        done = self.inflight.popleft()
+        if self._aborts:
+            for rid in self._aborts:
+                self._apply_abort(rid, now)
+            self._aborts.clear()
+        first, finished = self.scheduler.update_from_output(done)
         events: list[EngineEvent] = []
         for request in first:
             stats = self.stats[request.rid]
             if stats.first_token_s is None:
                 stats.first_token_s = now
                 events.append(EngineEvent("first_token", request.rid, now))
-                self._log(now, "first_token", request.rid)
+                if self.trace is not None:
+                    self._log(now, "first_token", request.rid)
         for request in finished:
             self._retire(request)
             self.stats[request.rid].finished_s = now
             self._unfinished -= 1
             events.append(EngineEvent("finished", request.rid, now))
-            self._log(now, "finished", request.rid)
+            if self.trace is not None:
+                self._log(now, "finished", request.rid)
         if self.trace is not None:
-            self._log(now, "step_done", -1, step=done.batch.step_id, start_s=done.start_s)
+            self._log(now, "step_done", -1, step=done.step_id, start_s=done.start_s)
         self._fill(now)
         return events
 
     def _fill(self, now: float) -> None:
         scheduler = self.scheduler
-        profile = self.profile
-        inflight = self._inflight
+        inflight = self.inflight
+        step_time_s = self._step_time_s
         empty_steps = 0
         while len(inflight) < self._depth:
             batch = scheduler.schedule()
@@ -172,15 +172,17 @@ class EngineCore:
                     raise RuntimeError("the scheduler preempted without making progress")
                 continue
             start = inflight[-1].end_s if inflight else now
-            duration = profile.step_time_s(seqs=batch.seqs, tokens=batch.tokens, sampled=batch.sampled,
-                                           attention_pairs=batch.attention_pairs,
-                                           context_tokens=batch.context_tokens)
-            inflight.append(_InFlight(batch, start, start + duration))
-            stats = self.stats
-            for request, _n, _s, _e in batch.entries:
-                entry = stats[request.rid]
-                if entry.first_scheduled_s is None:
-                    entry.first_scheduled_s = now
+            duration = step_time_s(batch.seqs, batch.tokens, batch.sampled, batch.attention_pairs,
+                                   batch.context_tokens)
+            batch.start_s = start
+            batch.end_s = start + duration
+            inflight.append(batch)
+            if batch.entries:
+                stats = self.stats
+                for request, _n, _s, _e in batch.entries:
+                    entry = stats[request.rid]
+                    if entry.first_scheduled_s is None:
+                        entry.first_scheduled_s = now
             if self.trace is not None:
                 self._log_step(batch, now, start, start + duration)
 
@@ -192,15 +194,16 @@ class EngineCore:
         stats = self.stats[rid]
         stats.aborted_s = now
         in_flight = 0
-        for pending in self._inflight:
-            for (entry, _n, _s, _e), prompt in zip(pending.batch.entries, pending.batch.prompt_tokens,
-                                                   strict=True):
-                if entry is request:
-                    in_flight += prompt
+        if request.first_scheduled_step is not None:  # else no batch holds its tokens
+            for pending in self.inflight:
+                for (entry, _n, _s, _e), prompt in zip(pending.entries, pending.prompt_tokens, strict=True):
+                    if entry is request:
+                        in_flight += prompt
         stats.in_flight_prompt_tokens = in_flight
         self._retire(request)
-        self._log(now, "aborted", rid, computed_prompt_tokens=request.computed_prompt_tokens,
-                  in_flight_prompt_tokens=in_flight, unscheduled=request.first_scheduled_step is None)
+        if self.trace is not None:
+            self._log(now, "aborted", rid, computed_prompt_tokens=request.computed_prompt_tokens,
+                      in_flight_prompt_tokens=in_flight, unscheduled=request.first_scheduled_step is None)
 
     def _retire(self, request: Request) -> None:
         stats = self.stats[request.rid]
@@ -229,13 +232,15 @@ class EngineCore:
     # -- trace -------------------------------------------------------------------------------
 
     def _log(self, now: float, event: str, rid: int, **extra: Any) -> None:
+        """Append one trace event (callers on hot paths check `self.trace` first, so that a run
+        without a trace does not even build the keyword arguments)."""
         if self.trace is not None:
             self.trace.append({"t": now, "event": event, "execution": rid, **extra})
 
     def _log_step(self, batch: Batch, now: float, start: float, end: float) -> None:
         assert self.trace is not None
         prompt: dict[str, int] = {}
-        decode: list[int] = [request.rid for request, _epoch in batch.decode]
+        decode = batch.decode_rids()
         for (request, n, _s, _e), computed in zip(batch.entries, batch.prompt_tokens, strict=True):
             if computed:
                 prompt[str(request.rid)] = n

@@ -20,6 +20,7 @@ efficiency differs with matrix shapes. per_seq_s and attention_eff are priors, n
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -198,15 +199,35 @@ class EngineProfile:
         that sample a token; attention_pairs: sum over computed tokens of their context length;
         context_tokens: KV tokens read, summed over the step's executions.
         """
+        return self.step_timer()(seqs, tokens, sampled, attention_pairs, context_tokens)
+
+    def step_timer(self) -> Callable[[int, int, int, float, int], float]:
+        """`step_time_s` with this profile's constants worked out once: the simulator times every
+        step, and the constants (derived properties) cost more to recompute than the formula.
+        Arguments are positional: (seqs, tokens, sampled, attention_pairs, context_tokens)."""
         model = self.model
-        gemm = 2.0 * model.layer_params * tokens + 2.0 * model.vocab * model.hidden * sampled
-        attention = model.attention_flops_per_token_pair * attention_pairs
-        data = model.weight_bytes + model.kv_bytes_per_token * context_tokens
         costs = self.costs
         peak = self.gpu.bf16_flops_per_s
-        compute_s = gemm / (peak * costs.compute_eff) + attention / (peak * costs.attention_eff)
-        memory_s = data / (self.gpu.bandwidth_bytes_per_s * costs.memory_eff)
-        return costs.fixed_s + costs.per_seq_s * seqs + max(compute_s, memory_s)
+        gemm_per_token = 2.0 * model.layer_params
+        gemm_per_sample = 2.0 * model.vocab * model.hidden
+        attention_per_pair = model.attention_flops_per_token_pair
+        weight_bytes = model.weight_bytes
+        kv_bytes_per_token = model.kv_bytes_per_token
+        gemm_flops_per_s = peak * costs.compute_eff
+        attention_flops_per_s = peak * costs.attention_eff
+        bytes_per_s = self.gpu.bandwidth_bytes_per_s * costs.memory_eff
+        fixed_s = costs.fixed_s
+        per_seq_s = costs.per_seq_s
+
+        def step_time_s(seqs: int, tokens: int, sampled: int, attention_pairs: float, context_tokens: int) -> float:
+            gemm = gemm_per_token * tokens + gemm_per_sample * sampled
+            attention = attention_per_pair * attention_pairs
+            data = weight_bytes + kv_bytes_per_token * context_tokens
+            compute_s = gemm / gemm_flops_per_s + attention / attention_flops_per_s
+            memory_s = data / bytes_per_s
+            return fixed_s + per_seq_s * seqs + (compute_s if compute_s >= memory_s else memory_s)
+
+        return step_time_s
 
 
 def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = None,

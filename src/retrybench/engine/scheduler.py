@@ -13,6 +13,22 @@ Each call to `schedule()` builds one batch the way vLLM's `schedule()` does:
 `update_from_output()` applies one finished batch: first tokens, finished requests, counters.
 Aborts (`finish_aborted`) remove a request at once and free its blocks; batches already built
 still hold its tokens, which the caller accounts as in flight.
+
+Decodes in bulk. Most of a run's work is decoding: every step gives each decoding request one
+token, and a paper run has about two million of them. Stepping each one in Python was most of the
+simulator's time, so a request that decodes steadily is *lazy*: it joins the scheduler's decode
+group, and its counters (`num_computed`, `out_scheduled`, `out`, `anon`) are derived from when it
+joined and how many decode-group steps were scheduled and processed since (`_DecodeClock`). A step
+then costs the same whatever the number of decoders: their tokens, context and new KV blocks are
+sums kept per group, and only the requests whose last token is scheduled are touched. This is an
+exact rewriting of the per-request rules, which stay as the fallback (`_schedule_running`): a step
+in which a decoder would not get its new block (a preemption), or more decoders than the token
+budget, first turns every lazy request back into plain counters. The invariants that make it exact:
+running requests that finished their prefill all precede those still in prefill (budget goes in
+admission order, a request is admitted at the end, and preemption takes the last one), so the
+decoders are the head of `running` and a step that fits schedules every one of them; and a
+decoder's output never is its first token or carries a preemption count (both come with the
+output of its last prefill chunk, processed before).
 """
 
 from __future__ import annotations
@@ -28,13 +44,41 @@ __all__ = ["Batch", "Counters", "Request", "Scheduler"]
 WAITING, RUNNING, FINISHED, ABORTED = "waiting", "running", "finished", "aborted"
 
 
+class _DecodeClock:
+    """Decode-group steps so far: `scheduled` were built, the first `processed` of them applied.
+    Each lazy request points at its scheduler's clock (with the block size) to derive its counters."""
+
+    __slots__ = ("block_size", "processed", "scheduled")
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.scheduled = 0
+        self.processed = 0
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 class Request:
-    """One execution inside the engine."""
+    """One execution inside the engine.
+
+    While in the decode group (`_clock` set) it is scheduled in every decode-group step from
+    `_lazy_from` to `_lazy_to` (the one with its last token); the underscored counters hold their
+    values at joining, or at the output of a batch built before it, and the public properties add
+    the steps since.
+    """
 
     __slots__ = (
+        "_anon",
+        "_clock",
+        "_lazy_from",
+        "_lazy_to",
+        "_num_computed",
+        "_out",
+        "_out_scheduled",
         "aborted_in_flight_tokens",
         "admitted",
-        "anon",
         "arrival_s",
         "chain",
         "computed_prompt_tokens",
@@ -42,9 +86,6 @@ class Request:
         "first_scheduled_step",
         "first_token",
         "max_tokens",
-        "num_computed",
-        "out",
-        "out_scheduled",
         "own",
         "own_k",
         "preemptions",
@@ -64,14 +105,14 @@ class Request:
         self.own = own  # this prompt's own cacheable blocks (shared by every attempt of a call)
         self.arrival_s = arrival_s
         self.status = WAITING
-        self.num_computed = 0  # tokens whose KV is computed or scheduled to be
+        self._num_computed = 0  # tokens whose KV is computed or scheduled to be
         self.prefill_len = prompt_len  # after a preemption: prompt + outputs so far
-        self.out = 0  # output tokens produced (batches processed)
-        self.out_scheduled = 0  # output tokens that scheduled batches will produce
+        self._out = 0  # output tokens produced (batches processed)
+        self._out_scheduled = 0  # output tokens that scheduled batches will produce
         self.epoch = 0  # bumped by preemption: outputs of older batches are discarded
         self.prefix_k = 0  # references to the shared-prefix owner's blocks [0, k)
         self.own_k = 0  # references to the own owner's blocks [0, k)
-        self.anon = 0  # private blocks holding no hittable content
+        self._anon = 0  # private blocks holding no hittable content
         self.chain = True  # False once a block could not be registered (duplicate content)
         self.admitted = False
         self.first_token = False
@@ -81,6 +122,44 @@ class Request:
         self.aborted_in_flight_tokens = 0
         self.preemptions = 0
         self.uncounted_preemptions = 0  # vLLM reports a preemption with the request's next output
+        self._clock: _DecodeClock | None = None  # set while in the decode group
+        self._lazy_from = 0
+        self._lazy_to = 0
+
+    def _scheduled_lazily(self) -> int:
+        """Decode-group steps that scheduled a token of it since it joined."""
+        clock = self._clock
+        if clock is None:
+            return 0
+        return min(clock.scheduled, self._lazy_to + 1) - self._lazy_from
+
+    def _processed_lazily(self) -> int:
+        """Of those, the steps whose output was applied."""
+        clock = self._clock
+        if clock is None:
+            return 0
+        return min(max(clock.processed - self._lazy_from, 0), self._lazy_to + 1 - self._lazy_from)
+
+    @property
+    def num_computed(self) -> int:
+        return self._num_computed + self._scheduled_lazily()
+
+    @property
+    def out_scheduled(self) -> int:
+        return self._out_scheduled + self._scheduled_lazily()
+
+    @property
+    def out(self) -> int:
+        return self._out + self._processed_lazily()
+
+    @property
+    def anon(self) -> int:
+        # A decoder takes a new private block whenever its token count crosses a block boundary.
+        clock = self._clock
+        if clock is None:
+            return self._anon
+        size = clock.block_size
+        return self._anon + _cdiv(self.num_computed, size) - _cdiv(self._num_computed, size)
 
     @property
     def blocks(self) -> int:
@@ -90,7 +169,11 @@ class Request:
 @dataclass(slots=True)
 class Batch:
     """One engine step. `entries` are prefill chunks (and the rare decode scheduled on the slow
-    path): (request, tokens, samples a token, epoch at scheduling); `decode` holds the decodes."""
+    path): (request, tokens, samples a token, epoch at scheduling); `decode` holds the decodes.
+
+    Decodes of the decode group are kept as the group's members (`decoders`, each with one token,
+    `finals` those whose last token this is) until the scheduler turns them into plain
+    (request, epoch) pairs (`explicit_decode`)."""
 
     step_id: int
     entries: list[tuple[Request, int, bool, int]]
@@ -100,9 +183,30 @@ class Batch:
     sampled: int = 0
     attention_pairs: float = 0.0
     context_tokens: int = 0
-    decode: list[tuple[Request, int]] = field(default_factory=list)  # (request, epoch): one token each
+    explicit_decode: list[tuple[Request, int]] = field(default_factory=list)  # (request, epoch): one token each
     preempted: list[int] = field(default_factory=list)
     admitted: list[tuple[int, int]] = field(default_factory=list)  # (rid, prefix-cache hit tokens)
+    decoders: list[Request] | None = None  # the decode group's members scheduled in this step
+    finals: list[Request] | None = None  # of those, the ones whose last token this is
+    group_step: int = -1  # the decode clock's step number, when the decode group was scheduled
+    dropped: int = 0  # decoders aborted since: their outputs are discarded
+    start_s: float = 0.0  # set by the engine core when it issues the batch
+    end_s: float = 0.0
+
+    @property
+    def decode(self) -> list[tuple[Request, int]]:
+        """(request, epoch) of every decode (one token each), in running order."""
+        if self.decoders is None:
+            return self.explicit_decode
+        # A member's epoch cannot change while its batch is pending (see Scheduler._preempt).
+        return self.explicit_decode + [(request, request.epoch) for request in self.decoders]
+
+    def decode_rids(self) -> list[int]:
+        """The decoding executions' ids, in running order (for the trace)."""
+        rids = [request.rid for request, _epoch in self.explicit_decode]
+        if self.decoders is not None:
+            rids += [request.rid for request in self.decoders]
+        return rids
 
 
 @dataclass(slots=True)
@@ -128,6 +232,14 @@ class Scheduler:
         self.counters = Counters()
         self._owners: dict[object, Owner] = {}
         self._step = 0
+        # The decode group (see the module docstring).
+        self._clock = _DecodeClock(self.block_size)
+        self._decoding: list[Request] = []  # members still to be given tokens, in running order
+        self._leaving: dict[int, list[Request]] = {}  # clock step -> members whose last token it schedules
+        self._context_base = 0  # sum over members of (num_computed at joining - step joined)
+        self._at_boundary = [0] * self.block_size  # members by (num_computed - step) % block_size
+        self._pending: dict[int, Batch] = {}  # clock step -> its batch, until its output is applied
+        self._joined: dict[int, list[Request]] = {}  # clock step -> members that joined before it
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -150,6 +262,8 @@ class Scheduler:
 
     def finish_aborted(self, request: Request) -> None:
         """Remove an aborted request from wherever it is and free its blocks at once."""
+        if request._clock is not None:
+            self._leave_group(request, dropped=True)
         if request.status == WAITING:
             self.waiting.remove(request)
         elif request.status == RUNNING:
@@ -157,26 +271,123 @@ class Scheduler:
             self._free(request)
         request.status = ABORTED
 
+    # -- the decode group --------------------------------------------------------------------
+
+    def _join_group(self, request: Request) -> None:
+        """A running request past its prefill with tokens still to schedule becomes lazy."""
+        clock = self._clock
+        step = clock.scheduled
+        request._clock = clock
+        request._lazy_from = step
+        last = step + request.max_tokens - request._out_scheduled - 1
+        request._lazy_to = last
+        base = request._num_computed - step
+        self._context_base += base
+        self._at_boundary[base % self.block_size] += 1
+        self._decoding.append(request)
+        joined = self._joined.get(step)
+        if joined is None:
+            self._joined[step] = [request]
+        else:
+            joined.append(request)
+        leaving = self._leaving.get(last)
+        if leaving is None:
+            self._leaving[last] = [request]
+        else:
+            leaving.append(request)
+
+    def _forget_member(self, request: Request) -> None:
+        """Take a member that still gets tokens out of the group's sums."""
+        base = request._num_computed - request._lazy_from
+        self._context_base -= base
+        self._at_boundary[base % self.block_size] -= 1
+        self._decoding.remove(request)
+
+    def _leave_group(self, request: Request, *, dropped: bool) -> None:
+        """Make a lazy request's counters plain again. `dropped`: it is aborted or preempted, so the
+        pending batches that hold its decodes will discard them."""
+        clock = self._clock
+        first, last = request._lazy_from, request._lazy_to
+        if clock.scheduled <= last:  # still given tokens
+            self._forget_member(request)
+            self._leaving[last].remove(request)
+        if dropped:
+            for step in range(max(clock.processed, first), min(clock.scheduled, last + 1)):
+                batch = self._pending.get(step)
+                if batch is not None:
+                    batch.dropped += 1
+        scheduled = request._scheduled_lazily()
+        processed = request._processed_lazily()
+        size = self.block_size
+        computed = request._num_computed + scheduled
+        request._anon += _cdiv(computed, size) - _cdiv(request._num_computed, size)
+        request._num_computed = computed
+        request._out_scheduled += scheduled
+        request._out += processed
+        request._clock = None
+
+    def _dissolve_group(self) -> None:
+        """Every lazy request back to plain counters, every pending batch to (request, epoch) pairs."""
+        members = list(self._decoding)
+        for batch in self._pending.values():
+            assert batch.decoders is not None and batch.finals is not None
+            batch.explicit_decode = [(request, request.epoch) for request in batch.decoders]
+            members += batch.finals
+            batch.decoders = batch.finals = None
+        self._pending.clear()
+        self._joined.clear()
+        for request in members:
+            if request._clock is not None:
+                self._leave_group(request, dropped=False)
+        self._leaving.clear()
+        self._context_base = 0
+        self._at_boundary = [0] * self.block_size
+
+    def _group_blocks_fit(self) -> bool:
+        """Whether every member that needs a new KV block in the next step gets one (no preemption)."""
+        return self._at_boundary[-self._clock.scheduled % self.block_size] <= self.pool.free
+
+    def _schedule_group(self, batch: Batch) -> tuple[int, int]:
+        """One token for every member: (members, their context tokens + 1 each)."""
+        clock = self._clock
+        step = clock.scheduled
+        decoding = self._decoding
+        members = len(decoding)
+        needing_block = self._at_boundary[-step % self.block_size]
+        if needing_block:
+            self.pool.take(needing_block)
+        context = self._context_base + members * (step + 1)
+        batch.decoders = decoding.copy()
+        batch.group_step = step
+        clock.scheduled = step + 1
+        finals = self._leaving.pop(step, None)
+        batch.finals = finals if finals is not None else []
+        if finals is not None:
+            for request in finals:
+                self._forget_member(request)
+        self._pending[step] = batch
+        return members, context
+
     # -- blocks -------------------------------------------------------------------------------
 
     def _free(self, request: Request) -> None:
         # vLLM frees in reverse order, so the tail (private blocks) is evicted before the prompt.
         pool = self.pool
-        pool.give_anonymous(request.anon)
+        pool.give_anonymous(request._anon)
         # Every running request holds one reference to each owner (possibly of zero blocks).
         pool.release(request.own, request.own_k)
         pool.release(self.prefix, request.prefix_k)
-        request.anon = request.own_k = request.prefix_k = 0
+        request._anon = request.own_k = request.prefix_k = 0
 
     def _grow(self, request: Request, tokens: int) -> bool:
         """Give `request` KV slots for `tokens` tokens and register its full prompt blocks."""
         size = self.block_size
-        need = -(-tokens // size) - request.blocks
+        need = -(-tokens // size) - (request.prefix_k + request.own_k + request._anon)
         if need > self.pool.free:
             return False
         if need > 0:
             self.pool.take(need)
-            request.anon += need
+            request._anon += need
         if request.chain and self.config.enable_prefix_caching:
             self._register(request, min(tokens, request.prompt_len) // size)
         return True
@@ -193,7 +404,7 @@ class Scheduler:
                     request.chain = False
                     return
                 pool.extend(prefix, request.prefix_k, target)
-                request.anon -= target - request.prefix_k
+                request._anon -= target - request.prefix_k
                 request.prefix_k = target
             if request.prefix_k < self.prefix_blocks:
                 return
@@ -204,7 +415,7 @@ class Scheduler:
                 request.chain = False
                 return
             pool.extend(own, request.own_k, target)
-            request.anon -= target - request.own_k
+            request._anon -= target - request.own_k
             request.own_k = target
 
     def _lookup(self, request: Request) -> tuple[int, int]:
@@ -221,31 +432,91 @@ class Scheduler:
     # -- one step ----------------------------------------------------------------------------
 
     def schedule(self) -> Batch | None:
-        config = self.config
-        budget = config.max_num_batched_tokens
+        budget = self.config.max_num_batched_tokens
         self._step += 1
-        batch = Batch(step_id=self._step, entries=[], prompt_tokens=[])
+        batch = Batch(self._step, [], [])
+        decoding = self._decoding
+        if decoding and len(decoding) <= budget and self._group_blocks_fit():
+            members, context = self._schedule_group(batch)
+            budget -= members
+            running = self.running
+            preempted = False
+            if running[-1]._num_computed < running[-1].prefill_len:  # requests in prefill follow
+                budget, preempted = self._schedule_prefills(batch, budget)
+            batch.seqs += members
+            batch.tokens += members
+            batch.sampled += members
+            batch.attention_pairs += context
+            batch.context_tokens += context
+        else:
+            if self._pending or self._decoding:
+                self._dissolve_group()
+            budget, preempted = self._schedule_running(batch, budget)
+        if not preempted and self.waiting:
+            budget = self._admit(batch, budget)
+        if batch.decoders is None:
+            if not batch.entries and not batch.explicit_decode and not batch.preempted:
+                self._step -= 1
+                return None
+            # Every decoder was stepped one by one: all of them (re)join the group.
+            for request in self.running:
+                if request._num_computed >= request.prefill_len and request._out_scheduled < request.max_tokens:
+                    self._join_group(request)
+        elif batch.entries:
+            for request, _n, _samples, _epoch in batch.entries:
+                if (request._num_computed >= request.prefill_len and request._out_scheduled < request.max_tokens
+                        and request.status == RUNNING):
+                    self._join_group(request)
+        return batch  # possibly with no tokens: a step that only preempted
+
+    def _schedule_prefills(self, batch: Batch, budget: int) -> tuple[int, bool]:
+        """The running requests still in prefill (the tail of `running`) after the decode group."""
+        running = self.running
+        i = len(running) - 1
+        while i and running[i - 1]._num_computed < running[i - 1].prefill_len:
+            i -= 1
+        preempted = False
+        while i < len(running) and budget > 0:
+            request = running[i]
+            computed = request._num_computed
+            n = min(request.prefill_len - computed, budget)
+            while not self._grow(request, computed + n):
+                victim = running.pop()
+                self._preempt(victim, batch)
+                preempted = True
+                if victim is request:
+                    break
+            else:
+                budget -= n
+                self._add_entry(batch, request, n)
+                i += 1
+                continue
+            break
+        return budget, preempted
+
+    def _schedule_running(self, batch: Batch, budget: int) -> tuple[int, bool]:
+        """Every running request one by one (no lazy request left): the rules as vLLM states them."""
         running = self.running
         pool = self.pool
         size = self.block_size
-        decode = batch.decode
+        decode = batch.explicit_decode
         decode_context = 0
         preempted = False
         i = 0
         while i < len(running) and budget > 0:
             request = running[i]
-            if request.out_scheduled >= request.max_tokens:
+            if request._out_scheduled >= request.max_tokens:
                 i += 1  # its last token is in flight
                 continue
-            computed = request.num_computed
+            computed = request._num_computed
             if computed >= request.prefill_len and (computed % size or pool.free):
-                # Decode fast path (most entries of most steps): one token, a new block every
-                # block_size tokens. Blocks held always equal ceil(num_computed / block_size).
+                # Decode fast path: one token, a new block every block_size tokens. Blocks held
+                # always equal ceil(num_computed / block_size).
                 if computed % size == 0:
                     pool.take(1)
-                    request.anon += 1
-                request.num_computed = computed + 1
-                request.out_scheduled += 1
+                    request._anon += 1
+                request._num_computed = computed + 1
+                request._out_scheduled += 1
                 decode.append((request, request.epoch))
                 decode_context += computed + 1
                 budget -= 1
@@ -271,12 +542,7 @@ class Scheduler:
             batch.sampled += count
             batch.attention_pairs += decode_context
             batch.context_tokens += decode_context
-        if not preempted:
-            budget = self._admit(batch, budget)
-        if not batch.entries and not decode and not batch.preempted:
-            self._step -= 1
-            return None
-        return batch  # possibly with no tokens: a step that only preempted
+        return budget, preempted
 
     def _admit(self, batch: Batch, budget: int) -> int:
         config = self.config
@@ -287,13 +553,14 @@ class Scheduler:
         while waiting and budget > 0 and len(running) < config.max_num_seqs:
             request = waiting[0]
             prefix_hit = own_hit = 0
-            if request.num_computed == 0:
+            if request._num_computed == 0:
                 prefix_hit, own_hit = self._lookup(request)
             # The admission gate: the whole sequence must fit, counting cached blocks that the
             # hit would pull out of the free queue as allocations.
             full_blocks = -(-request.prefill_len // size)
-            pulled = (pool.free_blocks_if_referenced(self.prefix, prefix_hit)
-                      + pool.free_blocks_if_referenced(request.own, own_hit))
+            pulled = pool.free_blocks_if_referenced(self.prefix, prefix_hit) if prefix_hit else 0
+            if own_hit:
+                pulled += pool.free_blocks_if_referenced(request.own, own_hit)
             if full_blocks - prefix_hit - own_hit + pulled > pool.free:
                 break
             pool.reference(self.prefix, prefix_hit)
@@ -302,7 +569,7 @@ class Scheduler:
             request.own_k = own_hit
             request.chain = True
             hit_tokens = (prefix_hit + own_hit) * size
-            request.num_computed = hit_tokens
+            request._num_computed = hit_tokens
             n = min(request.prefill_len - hit_tokens, budget)
             if not self._grow(request, hit_tokens + n):  # cannot happen after the gate
                 raise AssertionError("admission gate passed but allocation failed")
@@ -319,12 +586,12 @@ class Scheduler:
         return budget
 
     def _add_entry(self, batch: Batch, request: Request, n: int) -> None:
-        computed = request.num_computed
+        computed = request._num_computed
         prefill = computed < request.prefill_len
-        request.num_computed = computed + n
-        samples = not prefill or request.num_computed == request.prefill_len
+        request._num_computed = computed + n
+        samples = not prefill or request._num_computed == request.prefill_len
         if samples:
-            request.out_scheduled += 1
+            request._out_scheduled += 1
         prompt = n if prefill else 0
         if prompt:
             request.computed_prompt_tokens += prompt
@@ -341,11 +608,15 @@ class Scheduler:
         batch.context_tokens += computed + n
 
     def _preempt(self, request: Request, batch: Batch) -> None:
+        # Only requests in prefill are preempted while the decode group exists (they are the tail of
+        # `running`), so a pending batch's members keep their epoch; a lazy one is made plain first.
+        if request._clock is not None:
+            self._leave_group(request, dropped=True)
         self._free(request)
         request.status = WAITING
-        request.num_computed = 0
-        request.prefill_len = request.prompt_len + request.out
-        request.out_scheduled = request.out
+        request._num_computed = 0
+        request.prefill_len = request.prompt_len + request._out
+        request._out_scheduled = request._out
         request.epoch += 1
         request.preemptions += 1
         request.uncounted_preemptions += 1
@@ -361,14 +632,46 @@ class Scheduler:
         for request, _n, samples, epoch in batch.entries:
             if samples:
                 self._output(request, epoch, first, done)
-        for request, epoch in batch.decode:
+        step = batch.group_step
+        if step >= 0:
+            clock = self._clock
+            if batch.decoders is not None and not self._group_output_in_order(step):
+                self._dissolve_group()  # count this batch's decodes one by one
+            if step >= clock.processed:
+                clock.processed = step + 1
+            if batch.decoders is not None:
+                self._output_group(batch, done)
+        for request, epoch in batch.explicit_decode:
             self._output(request, epoch, first, done)
         return first, done
+
+    def _group_output_in_order(self, step: int) -> bool:
+        """Whether the decode group's outputs of `step` can be applied in bulk: the group's earlier
+        steps were applied, and so was the last prefill chunk of each member that joined since (a
+        caller that skips a batch leaves a first token or a preemption count to its next output)."""
+        if step != self._clock.processed:
+            return False
+        joined = self._joined.pop(step, None)
+        return joined is None or all(
+            request._clock is None or request._lazy_from != step
+            or (request.first_token and not request.uncounted_preemptions) for request in joined)
+
+    def _output_group(self, batch: Batch, done: list[Request]) -> None:
+        """The decode group's tokens of one batch, applied in order (the clock already counts them)."""
+        assert batch.decoders is not None and batch.finals is not None
+        del self._pending[batch.group_step]
+        self.counters.generation_tokens_total += len(batch.decoders) - batch.dropped
+        for request in batch.finals:
+            if request._clock is not None and request._lazy_to == batch.group_step:  # not aborted since
+                self._leave_group(request, dropped=False)
+                self._finish(request, done)
 
     def _output(self, request: Request, epoch: int, first: list[Request], done: list[Request]) -> None:
         if request.status != RUNNING or epoch != request.epoch:
             return  # aborted, finished or preempted since: its output is dropped
-        request.out += 1
+        # A lazy request (one that joined the decode group after this batch was built) has applied
+        # none of its group's outputs yet, so its plain counter is its count.
+        request._out += 1
         counters = self.counters
         counters.generation_tokens_total += 1
         if request.uncounted_preemptions:
@@ -380,9 +683,11 @@ class Scheduler:
             request.first_token = True
             counters.prompt_tokens_total += request.prompt_len
             first.append(request)
-        if request.out >= request.max_tokens:
-            request.status = FINISHED
-            self.running.remove(request)
-            self._free(request)
-            done.append(request)
+        if request._out >= request.max_tokens:
+            self._finish(request, done)
 
+    def _finish(self, request: Request, done: list[Request]) -> None:
+        request.status = FINISHED
+        self.running.remove(request)
+        self._free(request)
+        done.append(request)

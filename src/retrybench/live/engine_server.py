@@ -188,6 +188,10 @@ class EngineServer:
         self._scale = settings.time_scale
         self._t0 = time.monotonic()
         self._last = 0.0  # latest engine time handed to the core
+        # Engine seconds by which batch ends were pushed back because the driver woke late (a loaded
+        # machine): the engine then did less in the same time than its model says, so a measurement
+        # of its capacity is only as good as this is small.
+        self.behind_s = 0.0
         self._rids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         self._wake = asyncio.Event()
@@ -239,6 +243,7 @@ class EngineServer:
         bound: int = self._runner.addresses[0][1]  # works on uvloop too
         self._t0 = time.monotonic()
         self._last = 0.0
+        self.behind_s = 0.0
         self._tasks.append(asyncio.create_task(self._drive(), name="engine-driver"))
         if path is not None:
             self._tasks.append(asyncio.create_task(self._flush_periodically(), name="trace-flusher"))
@@ -282,7 +287,9 @@ class EngineServer:
             await asyncio.sleep(delay if delay > 0 else 0)
             if core.next_done_s() != end:
                 continue
-            events = core.on_batch_done(self._clock(end))
+            at = self._clock(end)
+            self.behind_s += at - end
+            events = core.on_batch_done(at)
             pending = self._pending
             for event in events:
                 if event.kind == "finished":
@@ -336,6 +343,7 @@ class EngineServer:
             "now_s": self.now(), "waiting": core.num_waiting, "running": core.num_running,
             "live": core.live_requests(), "pending": len(self._pending), "aborted": self.aborts,
             "refused": self.refused, "successes": self.successes, "counters": asdict(core.scheduler.counters),
+            "behind_s": self.behind_s,
         })
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

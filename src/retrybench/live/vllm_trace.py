@@ -162,6 +162,12 @@ class TraceRecorder:
             self._forget(request.request_id)
         self._account(began)
 
+    def flush(self) -> None:
+        """Write out every event recorded so far."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
     def close(self) -> None:
         if self._file is None:
             return
@@ -203,9 +209,7 @@ class TraceRecorder:
                 last_stats = now
                 self._write({"t": now - self._t0, "event": "trace_stats", "execution": -1,
                              "self_time_s": self.self_time_s, "wall_s": now - self._t0})
-            with self._lock:
-                if self._file is not None:
-                    self._file.flush()
+            self.flush()
 
 
 def _is_aborted(request: Any) -> bool:
@@ -260,13 +264,23 @@ def _tracing(base: type) -> type:
             requests = {r: self.requests[r] for r in scheduler_output.num_scheduled_tokens if r in self.requests}
             outputs = super().update_from_output(scheduler_output, model_runner_output)
             self._trace.step_done(scheduler_output, requests)
+            self._flush_when_idle()
             return outputs
 
         def finish_requests(self, request_ids: Any, finished_status: Any) -> Any:
-            if self._trace is not None and finished_status == RequestStatus.FINISHED_ABORTED:
-                ids = (request_ids,) if isinstance(request_ids, str) else (request_ids or self.requests.keys())
-                self._trace.aborted([self.requests[r] for r in list(ids) if r in self.requests])
-            return super().finish_requests(request_ids, finished_status)
+            if self._trace is None or finished_status != RequestStatus.FINISHED_ABORTED:
+                return super().finish_requests(request_ids, finished_status)
+            ids = (request_ids,) if isinstance(request_ids, str) else (request_ids or self.requests.keys())
+            self._trace.aborted([self.requests[r] for r in list(ids) if r in self.requests])
+            result = super().finish_requests(request_ids, finished_status)
+            self._flush_when_idle()
+            return result
+
+        def _flush_when_idle(self) -> None:
+            """With no request left the engine is idle: flush now, so that whoever sees its gauges
+            at 0 finds the whole trace on disk (the flusher thread alone may lag by FLUSH_S)."""
+            if self._trace is not None and not self.requests:
+                self._trace.flush()
 
         def shutdown(self) -> None:
             if self._trace is not None:

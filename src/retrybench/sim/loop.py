@@ -14,19 +14,20 @@ __all__ = ["EventLoop"]
 
 class EventLoop:
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, int, Any]] = []
+        # (time, priority, sequence, payload); a driver's hot loop may read and pop it directly.
+        self.heap: list[tuple[float, int, int, Any]] = []
         self._seq = 0
 
     def push(self, at_s: float, priority: int, payload: Any) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (at_s, priority, self._seq, payload))
+        heapq.heappush(self.heap, (at_s, priority, self._seq, payload))
 
     def pop(self) -> tuple[float, int, Any]:
-        at_s, priority, _seq, payload = heapq.heappop(self._heap)
+        at_s, priority, _seq, payload = heapq.heappop(self.heap)
         return at_s, priority, payload
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self.heap)
 
     def peek_time(self) -> float:
-        return self._heap[0][0]
+        return self.heap[0][0]
