@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
 from functools import cache
 from importlib import resources
@@ -24,11 +24,18 @@ from typing import Any
 
 from retrybench import __version__
 from retrybench.analysis import section5, summarize
+from retrybench.analysis.calibrate import Calibration
 from retrybench.analysis.delivery import delivered_per_window, waiting_total
 from retrybench.config import Condition, EngineConfig, WorkloadSpec, load_condition
 from retrybench.engine.profiles import GPUS, profile_for
 from retrybench.runlog import RunLog
-from retrybench.sim.calibrate import RepeatedCalibration, calibrate_repeated
+from retrybench.sim.calibrate import (
+    CALIBRATION_SEEDS,
+    RepeatedCalibration,
+    average_calibrations,
+    calibrate,
+    calibrate_repeated,
+)
 from retrybench.sim.run import simulate
 from retrybench.workload import generate_trace
 
@@ -124,20 +131,48 @@ def _calibration_summary(result: RepeatedCalibration) -> dict[str, Any]:
     }
 
 
+def _calibration_path(model: str, gpu: str, mixed_prompts: bool, token_scale: float) -> Path:
+    parts = [model, gpu, mixed_prompts, code_version()] + ([token_scale] if token_scale != 1 else [])
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+    return cache_dir() / "calibration" / f"{model}-{gpu}-{'mixed-' if mixed_prompts else ''}{key}.json"
+
+
+def _calibration_spec(mixed_prompts: bool, token_scale: float) -> WorkloadSpec:
+    return WorkloadSpec(chat_calls_per_s=1.0, mixed_prompts=mixed_prompts).scaled(token_scale)
+
+
+def _calibration_record(result: RepeatedCalibration, model: str, gpu: str, mixed_prompts: bool,
+                        token_scale: float) -> dict[str, Any]:
+    summary = _calibration_summary(result)
+    summary.update(model=model, gpu=gpu, mixed_prompts=mixed_prompts, token_scale=token_scale)
+    return summary
+
+
 def calibration_for(model: str, gpu: str = "h100", mixed_prompts: bool = False,
                     use_cache: bool = True, token_scale: float = 1.0) -> dict[str, Any]:
     """C-hat and the calibration stages of one engine build (default engine arguments)."""
-    parts = [model, gpu, mixed_prompts, code_version()] + ([token_scale] if token_scale != 1 else [])
-    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
-    path = cache_dir() / "calibration" / f"{model}-{gpu}-{'mixed-' if mixed_prompts else ''}{key}.json"
-
     def compute() -> dict[str, Any]:
-        spec = WorkloadSpec(chat_calls_per_s=1.0, mixed_prompts=mixed_prompts).scaled(token_scale)
-        summary = _calibration_summary(calibrate_repeated(profile_for(model, gpu), spec=spec))
-        summary.update(model=model, gpu=gpu, mixed_prompts=mixed_prompts, token_scale=token_scale)
-        return summary
+        spec = _calibration_spec(mixed_prompts, token_scale)
+        result = calibrate_repeated(profile_for(model, gpu), spec=spec)
+        return _calibration_record(result, model, gpu, mixed_prompts, token_scale)
 
-    return _cached_json(path, compute, use_cache)
+    return _cached_json(_calibration_path(model, gpu, mixed_prompts, token_scale), compute, use_cache)
+
+
+def _calibrate_seed(model: str, gpu: str, mixed_prompts: bool, seed: int) -> Calibration:
+    return calibrate(profile_for(model, gpu), seed=seed, spec=_calibration_spec(mixed_prompts, 1.0))
+
+
+def _calibrate_in_pool(pool: Executor, builds: list[tuple[str, str, bool]]) -> None:
+    """Calibrate the uncached builds, every (build, seed) a task of its own: the runs need C-hat first,
+    and one build after another on one core was a sixth of a cold reproduction."""
+    missing = [b for b in builds if not _calibration_path(*b, 1.0).exists()]
+    futures = {(b, seed): pool.submit(_calibrate_seed, *b, seed) for b in missing
+               for seed in range(CALIBRATION_SEEDS)}
+    for build in missing:
+        runs = tuple(futures[build, seed].result() for seed in range(CALIBRATION_SEEDS))
+        record = _calibration_record(average_calibrations(runs), *build, 1.0)
+        _write_atomic(_calibration_path(*build, 1.0), json.dumps(record, sort_keys=True, indent=1))
 
 
 def engine_config_for(spec: RunSpec, condition: Condition, chat: float) -> tuple[EngineConfig, int | None]:
@@ -232,22 +267,31 @@ def _run_safely(spec: RunSpec) -> dict[str, Any]:
         return {**asdict(spec), "error": f"{type(error).__name__}: {error}"}
 
 
+def _expected_cost(spec: RunSpec) -> tuple[bool, int]:
+    """A sort key that puts the long runs first (traced ones, smaller token budgets), so that no worker
+    is left with a long run at the end while the others idle."""
+    return (not spec.trace, spec.max_batched_tokens)
+
+
 def run_many(specs: Iterable[RunSpec], jobs: int | None = None,
              progress: Callable[[RunSpec, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Results in the order of `specs`; runs in parallel processes, failures kept with their error."""
     ordered = list(specs)
     jobs = jobs or os.cpu_count() or 1
-    for build in sorted({(s.model, s.gpu, s.mixed_prompts) for s in ordered}):
-        calibration_for(*build)  # once, before the workers would each compute it
+    builds = sorted({(s.model, s.gpu, s.mixed_prompts) for s in ordered})
     results: dict[int, dict[str, Any]] = {}
     if jobs == 1 or len(ordered) == 1:
+        for build in builds:
+            calibration_for(*build)  # once, before the runs would each compute it
         for i, spec in enumerate(ordered):
             results[i] = _run_safely(spec)
             if progress:
                 progress(spec, results[i])
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_run_safely, spec): i for i, spec in enumerate(ordered)}
+            _calibrate_in_pool(pool, builds)
+            order = sorted(range(len(ordered)), key=lambda i: _expected_cost(ordered[i]))
+            futures = {pool.submit(_run_safely, ordered[i]): i for i in order}
             for future in as_completed(futures):
                 i = futures[future]
                 results[i] = future.result()

@@ -11,7 +11,8 @@ from retrybench.engine.profiles import EngineProfile
 from retrybench.sim.run import simulate
 from retrybench.workload import concat_calls, stage_trace
 
-__all__ = ["CALIBRATION_SEEDS", "FIRST_STAGE_RATE", "RepeatedCalibration", "calibrate", "calibrate_repeated"]
+__all__ = ["CALIBRATION_SEEDS", "FIRST_STAGE_RATE", "RepeatedCalibration", "average_calibrations", "calibrate",
+           "calibrate_repeated"]
 
 # 0.2 calls/s x 1.5^5 = 1.52 calls/s: the stage at which the paper reports TTFT and E2E.
 FIRST_STAGE_RATE = 0.2
@@ -47,7 +48,12 @@ class RepeatedCalibration:
 def calibrate_repeated(profile: EngineProfile, *, seeds: int = CALIBRATION_SEEDS,
                        spec: WorkloadSpec | None = None, latency_rate: float = 1.52) -> RepeatedCalibration:
     """`calibrate` on seeds 0 .. seeds-1, averaged; latencies from each run's stage nearest `latency_rate`."""
-    runs = tuple(calibrate(profile, seed=seed, spec=spec) for seed in range(seeds))
+    return average_calibrations(tuple(calibrate(profile, seed=seed, spec=spec) for seed in range(seeds)),
+                                latency_rate)
+
+
+def average_calibrations(runs: tuple[Calibration, ...], latency_rate: float = 1.52) -> RepeatedCalibration:
+    """The mean of calibrations on independent traces (made here one after another, or by a pool)."""
     stages = [run.stage_near(latency_rate) for run in runs]
     ttft = [s.median_ttft_s for s in stages if s.median_ttft_s is not None]
     e2e = [s.median_e2e_s for s in stages if s.median_e2e_s is not None]
