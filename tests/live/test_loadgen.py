@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -283,10 +284,15 @@ def test_progress_is_logged(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogC
 @contextmanager
 def _upstream_process(chunks: int = 3) -> Iterator[str]:
     """The upstream in its own process, so that its work does not share the load generator's loop or GIL."""
-    proc = subprocess.Popen([sys.executable, __file__, str(chunks)], stdout=subprocess.PIPE, text=True)
+    root = Path(__file__).resolve().parents[2]  # so that the script imports `fixtures` as the tests do
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, __file__, str(chunks)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
+        target = proc.stdout.readline().strip()
+        assert target.startswith("http://"), (
+            f"the upstream process printed {target!r} instead of its URL (exit code {proc.poll()}; see its stderr)")
+        yield target
     finally:
         proc.terminate()
         proc.wait(timeout=GENEROUS_S)

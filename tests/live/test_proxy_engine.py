@@ -25,6 +25,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from fixtures.proxy_watch import ProxyWatch
 from fixtures.waiting import GENEROUS_S, until
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -61,7 +62,7 @@ def policy(name: str, **overrides: Any) -> ProxyPolicy:
 
 
 @dataclass
-class Stack:
+class Stack(ProxyWatch):
     engine: EngineServer
     proxy: ProxyServer
     url: str  # the proxy's
@@ -96,21 +97,6 @@ class Stack:
         stats = self.engine.core.stats
         await until(lambda: len(stats) > seen, "the request to reach the engine", seen=lambda: len(stats))
         return stats[max(stats)]
-
-    async def settle(self) -> None:
-        """The proxy holds no execution and no subscriber (else it leaked one)."""
-        await until(lambda: not self.proxy.relays and self.proxy.open_subscribers == 0, "the proxy to settle",
-                    seen=lambda: f"executions {sorted(self.proxy.relays)}, subscribers {self.proxy.open_subscribers}")
-
-    def events(self, ev: str, **fields: Any) -> list[dict[str, Any]]:
-        """The proxy's decision-log events of kind `ev` with these field values."""
-        return [e for e in self.proxy.log.events if e["ev"] == ev and all(e.get(k) == v for k, v in fields.items())]
-
-    async def logged(self, ev: str, **fields: Any) -> dict[str, Any]:
-        """Wait for the first decision-log event of kind `ev` with these field values."""
-        await until(lambda: bool(self.events(ev, **fields)), f"a {ev!r} event with {fields} in the decision log",
-                    seen=lambda: self.proxy.log.events[-5:])
-        return self.events(ev, **fields)[0]
 
 
 

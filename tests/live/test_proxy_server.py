@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from fixtures.proxy_watch import ProxyWatch
 from fixtures.waiting import until
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -33,7 +34,7 @@ from retrybench.live.stub_upstream import StubUpstream
 pytestmark = pytest.mark.live
 
 
-class Stack:
+class Stack(ProxyWatch):
     def __init__(self, stub: StubUpstream, proxy: ProxyServer, url: str, session: aiohttp.ClientSession) -> None:
         self.stub, self.proxy, self.url, self.session = stub, proxy, url, session
 
@@ -53,21 +54,6 @@ class Stack:
                 if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                     return float(sample.value)
         raise AssertionError(f"no sample {name} {labels} in /metrics")
-
-    async def settle(self) -> None:
-        """Wait until the proxy holds no execution and no subscriber (or fail: a leak)."""
-        await until(lambda: not self.proxy.relays and self.proxy.open_subscribers == 0, "the proxy to settle",
-                    seen=lambda: f"executions {sorted(self.proxy.relays)}, subscribers {self.proxy.open_subscribers}")
-
-    def events(self, ev: str, **fields: Any) -> list[dict[str, Any]]:
-        """The proxy's decision-log events of kind `ev` with these field values."""
-        return [e for e in self.proxy.log.events if e["ev"] == ev and all(e.get(k) == v for k, v in fields.items())]
-
-    async def logged(self, ev: str, **fields: Any) -> dict[str, Any]:
-        """Wait for the first decision-log event of kind `ev` with these field values."""
-        await until(lambda: bool(self.events(ev, **fields)), f"a {ev!r} event with {fields} in the decision log",
-                    seen=lambda: self.proxy.log.events[-5:])
-        return self.events(ev, **fields)[0]
 
 
 

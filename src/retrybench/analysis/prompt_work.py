@@ -15,12 +15,15 @@ Only the trace's JSONL schema (tracefile.py) is read, so a real vLLM's trace is 
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
+from operator import itemgetter
 from typing import Any
 
-__all__ = ["PromptWork", "prompt_work"]
+import numpy as np
+
+__all__ = ["PromptWork", "TraceEvents", "prompt_work"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,48 +61,99 @@ class PromptWork:
         return self._pct(self.last_window_missed_tokens, self.last_window_tokens)
 
 
-def prompt_work(events: Iterable[dict[str, Any]], *, last_window: tuple[float, float] | None = None) -> PromptWork:
+_STEP_FIELDS = ("start_s", "end_s", "decode", "prompt_tokens", "cached_tokens", "preempted")
+_STEP_DEFAULTS: tuple[Any, ...] = (None, None, [], {}, {}, [])
+
+
+@dataclass(frozen=True)
+class TraceEvents:
+    """A trace read once, for analyses that share the reading (Section 5 runs two): its events, their kinds,
+    and those of the kinds they read. `prompt_work` and `step_time` accept one in place of the events."""
+
+    events: list[Mapping[str, Any]]
+    kinds: list[Any]
+    steps: list[Mapping[str, Any]]
+    aborted: list[Mapping[str, Any]]
+
+    @classmethod
+    def read(cls, events: Iterable[Mapping[str, Any]] | TraceEvents) -> TraceEvents:
+        if isinstance(events, TraceEvents):
+            return events
+        events = events if isinstance(events, list) else list(events)
+        kinds = [e.get("event") for e in events]
+        return cls(events=events, kinds=kinds, steps=cls._of_kind(events, kinds, "step"),
+                   aborted=cls._of_kind(events, kinds, "aborted"))
+
+    @staticmethod
+    def _of_kind(events: list[Mapping[str, Any]], kinds: list[Any], kind: str) -> list[Mapping[str, Any]]:
+        return [e for e, k in zip(events, kinds, strict=True) if k == kind]
+
+    def of_kind(self, kind: str) -> list[Mapping[str, Any]]:
+        return self._of_kind(self.events, self.kinds, kind) if kind in self.kinds else []
+
+    @cached_property
+    def step_fields(self) -> list[tuple[Any, ...]]:
+        """Per field of _STEP_FIELDS, its value in every step: one C-level pass (a traced step has them all)."""
+        if not self.steps:
+            return [() for _ in _STEP_FIELDS]
+        try:
+            return list(zip(*map(itemgetter(*_STEP_FIELDS), self.steps), strict=True))
+        except KeyError:
+            return list(zip(*[tuple(e.get(k, d) for k, d in zip(_STEP_FIELDS, _STEP_DEFAULTS, strict=True))
+                              for e in self.steps], strict=True))
+
+    def step_field(self, name: str) -> tuple[Any, ...]:
+        return self.step_fields[_STEP_FIELDS.index(name)]
+
+    @cached_property
+    def chunks(self) -> tuple[list[int], list[int], list[int]]:
+        """Step index, execution and tokens of every prompt chunk, in trace order."""
+        return self.mapping_items("prompt_tokens")
+
+    def mapping_items(self, name: str) -> tuple[list[int], list[int], list[int]]:
+        """Step index, key and value (as ints) of every item of each step's mapping `name`, in trace order."""
+        held = [(s, m) for s, m in enumerate(self.step_field(name)) if m]
+        return ([s for s, m in held for _ in m], [int(k) for _, m in held for k in m],
+                [int(v) for _, m in held for v in m.values()])
+
+    @cached_property
+    def aborted_ids(self) -> set[int]:
+        return {int(e["execution"]) for e in self.aborted}
+
+
+def _total(tokens: np.ndarray, where: np.ndarray | list[bool]) -> int:
+    """Tokens summed where marked: integers, exact in any order."""
+    return int(tokens[np.asarray(where, dtype=bool)].sum())
+
+
+def prompt_work(events: Iterable[Mapping[str, Any]] | TraceEvents, *,
+                last_window: tuple[float, float] | None = None) -> PromptWork:
     """Attribute every computed prompt token of a trace. `last_window` = (start_s, end_s): the
-    steps that began in it also give the missed share of that window (the hold's last 240 s)."""
-    chunks: dict[int, list[tuple[float, float, int]]] = defaultdict(list)  # id -> (start, end, tokens)
-    aborted_at: dict[int, float] = {}
-    unscheduled = 0
-    first_token_at: dict[int, float] = {}
-    preempted: set[int] = set()
-    for event in events:
-        kind = event["event"]
-        if kind == "step":
-            start, end = float(event["start_s"]), float(event["end_s"])
-            for key, tokens in event["prompt_tokens"].items():
-                chunks[int(key)].append((start, end, int(tokens)))
-            preempted.update(int(rid) for rid in event.get("preempted", ()))
-        elif kind == "aborted":
-            aborted_at[int(event["execution"])] = float(event["t"])
-            unscheduled += bool(event.get("unscheduled", False))
-        elif kind == "first_token":
-            first_token_at.setdefault(int(event["execution"]), float(event["t"]))
-        elif kind == "preempted":
-            preempted.add(int(event["execution"]))
-    total = never = body = in_flight = missed = evicted = window_total = window_missed = 0
-    for rid, steps in chunks.items():
-        abort = aborted_at.get(rid)
-        before_output = abort is not None and (rid not in first_token_at or first_token_at[rid] > abort)
-        for start, end, tokens in steps:
-            total += tokens
-            if abort is None:
-                never += tokens
-            elif end < abort:
-                body += tokens
-            else:
-                in_flight += tokens
-            missed += tokens if before_output else 0
-            evicted += tokens if rid in preempted else 0
-            if last_window is not None and last_window[0] <= start < last_window[1]:
-                window_total += tokens
-                window_missed += tokens if before_output else 0
+    steps that began in it also give the missed share of that window (the hold's last 240 s).
+
+    The trace is read by comprehensions and the chunks summed as numpy columns: integer sums, in any order."""
+    trace = TraceEvents.read(events)
+    aborted_at = {int(e["execution"]): float(e["t"]) for e in trace.aborted}  # the last abort of each
+    first_token_at = {int(e["execution"]): float(e["t"])
+                      for e in reversed(trace.of_kind("first_token"))}  # the first of each
+    preempted = {int(rid) for held in trace.step_field("preempted") if held for rid in held}
+    preempted.update(int(e["execution"]) for e in trace.of_kind("preempted"))
+    chunk_step, chunk_rid, chunk_tokens = trace.chunks
+    tokens = np.array(chunk_tokens, dtype=np.int64)
+    start_s = np.array(trace.step_field("start_s"), dtype=np.float64)[chunk_step]
+    end_s = np.array(trace.step_field("end_s"), dtype=np.float64)[chunk_step]
+    abort = np.array([aborted_at.get(rid, np.inf) for rid in chunk_rid], dtype=np.float64)
+    is_aborted = np.array([rid in aborted_at for rid in chunk_rid], dtype=bool)
+    before_output = np.array([rid in aborted_at and (rid not in first_token_at or first_token_at[rid] > aborted_at[rid])
+                              for rid in chunk_rid], dtype=bool)
+    body = is_aborted & (end_s < abort)
+    window = (np.zeros(len(tokens), dtype=bool) if last_window is None
+              else (last_window[0] <= start_s) & (start_s < last_window[1]))
     return PromptWork(
-        computed_tokens=total, never_aborted_tokens=never, aborted_body_tokens=body,
-        aborted_in_flight_tokens=in_flight, aborted_unscheduled=unscheduled, aborted_executions=len(aborted_at),
-        missed_tokens=missed, preempted_execution_tokens=evicted, last_window_tokens=window_total,
-        last_window_missed_tokens=window_missed,
+        computed_tokens=int(tokens.sum()), never_aborted_tokens=_total(tokens, ~is_aborted),
+        aborted_body_tokens=_total(tokens, body), aborted_in_flight_tokens=_total(tokens, is_aborted & ~body),
+        aborted_unscheduled=sum(bool(e.get("unscheduled", False)) for e in trace.aborted),
+        aborted_executions=len(aborted_at), missed_tokens=_total(tokens, before_output),
+        preempted_execution_tokens=_total(tokens, [rid in preempted for rid in chunk_rid]),
+        last_window_tokens=_total(tokens, window), last_window_missed_tokens=_total(tokens, window & before_output),
     )

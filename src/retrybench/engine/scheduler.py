@@ -475,24 +475,15 @@ class Scheduler:
         i = len(running) - 1
         while i and running[i - 1]._num_computed < running[i - 1].prefill_len:
             i -= 1
-        preempted = False
         while i < len(running) and budget > 0:
             request = running[i]
-            computed = request._num_computed
-            n = min(request.prefill_len - computed, budget)
-            while not self._grow(request, computed + n):
-                victim = running.pop()
-                self._preempt(victim, batch)
-                preempted = True
-                if victim is request:
-                    break
-            else:
-                budget -= n
-                self._add_entry(batch, request, n)
-                i += 1
-                continue
-            break
-        return budget, preempted
+            n = min(request.prefill_len - request._num_computed, budget)
+            if not self._grow_or_preempt(batch, request, n):
+                break
+            budget -= n
+            self._add_entry(batch, request, n)
+            i += 1
+        return budget, bool(batch.preempted)
 
     def _schedule_running(self, batch: Batch, budget: int) -> tuple[int, bool]:
         """Every running request one by one (no lazy request left): the rules as vLLM states them."""
@@ -501,7 +492,6 @@ class Scheduler:
         size = self.block_size
         decode = batch.explicit_decode
         decode_context = 0
-        preempted = False
         i = 0
         while i < len(running) and budget > 0:
             request = running[i]
@@ -523,18 +513,11 @@ class Scheduler:
                 i += 1
                 continue
             n = min(request.prefill_len - computed, budget) if computed < request.prefill_len else 1
-            while not self._grow(request, computed + n):
-                victim = running.pop()
-                self._preempt(victim, batch)
-                preempted = True
-                if victim is request:
-                    break
-            else:
-                budget -= n
-                self._add_entry(batch, request, n)
-                i += 1
-                continue
-            break
+            if not self._grow_or_preempt(batch, request, n):
+                break
+            budget -= n
+            self._add_entry(batch, request, n)
+            i += 1
         if decode:
             count = len(decode)
             batch.seqs += count
@@ -542,7 +525,18 @@ class Scheduler:
             batch.sampled += count
             batch.attention_pairs += decode_context
             batch.context_tokens += decode_context
-        return budget, preempted
+        return budget, bool(batch.preempted)
+
+    def _grow_or_preempt(self, batch: Batch, request: Request, n: int) -> bool:
+        """Room for `n` more tokens of `request`, preempting the last running request until it fits
+        (vLLM's rule); False when `request` itself had to go."""
+        tokens = request._num_computed + n
+        while not self._grow(request, tokens):
+            victim = self.running.pop()
+            self._preempt(victim, batch)
+            if victim is request:
+                return False
+        return True
 
     def _admit(self, batch: Batch, budget: int) -> int:
         config = self.config

@@ -7,9 +7,7 @@ A run ends when no call is outstanding; the engine may still hold orphaned execu
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from heapq import heappop
 from typing import Any
@@ -34,6 +32,7 @@ from retrybench.control.proxy import (
 )
 from retrybench.engine.core import EngineCore
 from retrybench.engine.profiles import EngineProfile
+from retrybench.gcpause import cyclic_gc_paused
 from retrybench.runlog import AttemptRecord, CallRecord, ExecutionRecord, QueueSamples, RunLog
 from retrybench.sim.loop import EventLoop
 from retrybench.workload import Call
@@ -331,25 +330,7 @@ def simulate(profile: EngineProfile, calls: Sequence[Call], *, client: ClientPol
 
     It ends when no call is outstanding, or at `stop_s` (calibration stops after its stages).
     """
-    with _no_cyclic_gc():
+    with cyclic_gc_paused():  # a run allocates much and frees little
         sim = _Sim(profile, calls, client, proxy, seed, prefix_tokens, trace)
         end_s = sim.run(stop_s)
         return sim.log(end_s, meta)
-
-
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector for one run.
-
-    A run allocates hundreds of thousands of objects and frees few, so the collector would scan the
-    growing heap again and again to find no cycles (a run creates none that matter: reference counting
-    frees what a run drops). It changes no result, only when memory is scanned; the previous setting
-    is restored after the run.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
