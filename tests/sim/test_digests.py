@@ -141,20 +141,12 @@ def calibration_digest() -> str:
     return _sha(asdict(calibrate(profile_for(QWEN), seed=0)))
 
 
-def run_json_digest(condition: str, monkeypatch: pytest.MonkeyPatch | None = None) -> str:
+def run_json_digest(condition: str) -> str:
     """The summary `run --json` prints (run_one on a traced spec), without its timing and code hash."""
     spec = RunSpec(model=QWEN, condition=condition, seed=77, trace=True)
-    fixed = {"chat": CHAT[QWEN]}
-    if monkeypatch is not None:
-        monkeypatch.setattr(runner, "calibration_for", lambda *args, **kwargs: fixed)
+    with pytest.MonkeyPatch.context() as patch:  # C-hat as pinned above, not calibrated
+        patch.setattr(runner, "calibration_for", lambda *args, **kwargs: {"chat": CHAT[QWEN]})
         result = run_one(spec, use_cache=False)
-    else:
-        saved = runner.calibration_for
-        runner.calibration_for = lambda *args, **kwargs: fixed  # type: ignore[assignment]
-        try:
-            result = run_one(spec, use_cache=False)
-        finally:
-            runner.calibration_for = saved  # type: ignore[assignment]
     result = {k: v for k, v in result.items() if k not in ("wall_s", "code_version")}
     return _sha(json.loads(json.dumps(result)))
 
@@ -179,8 +171,8 @@ def test_calibration_digest() -> None:
 
 
 @pytest.mark.parametrize("condition", sorted(RUN_JSON))
-def test_run_json_summary(condition: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert run_json_digest(condition, monkeypatch) == RUN_JSON[condition]
+def test_run_json_summary(condition: str) -> None:
+    assert run_json_digest(condition) == RUN_JSON[condition]
 
 
 if __name__ == "__main__":
