@@ -9,7 +9,8 @@ from fixtures.engine_runs import active
 from fixtures.report import note_run
 
 from retrybench.blocks import paper_runs
-from retrybench.runner import RunSpec, run_one
+from retrybench.runner import run_one
+from retrybench.spec import RunSpec
 
 __all__ = ["KNOWN_2K", "PRIMARY", "block_runs", "result", "tracing_runs"]
 

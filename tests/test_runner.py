@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from retrybench import runner
+from retrybench.spec import RunSpec
 
 
 def test_long_runs_are_submitted_first() -> None:
-    specs = [runner.RunSpec(model="m", condition="c", seed=1),
-             runner.RunSpec(model="m", condition="c", seed=1, trace=True),
-             runner.RunSpec(model="m", condition="c", seed=1, trace=True, max_batched_tokens=2048)]
+    specs = [RunSpec(model="m", condition="c", seed=1),
+             RunSpec(model="m", condition="c", seed=1, trace=True),
+             RunSpec(model="m", condition="c", seed=1, trace=True, max_batched_tokens=2048)]
     assert sorted(specs, key=runner._expected_cost) == [specs[2], specs[1], specs[0]]
 
 

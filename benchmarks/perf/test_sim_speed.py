@@ -30,10 +30,11 @@ from typing import Any
 import pytest
 from reference_workload import time_reference
 
-from retrybench import runner
 from retrybench.analysis import section5
+from retrybench.cache import cache_dir
 from retrybench.runlog import RunLog
-from retrybench.runner import RunSpec, calibration_for, simulate_spec
+from retrybench.runner import calibration_for, simulate_spec
+from retrybench.spec import RunSpec
 
 MODEL = "qwen2.5-7b-instruct"
 ROUNDS = 5
@@ -91,10 +92,10 @@ def test_trace_analysis_against_the_run(benchmark: Any, chat: float, condition: 
     same run is simulated here and its analysis timed; the analysis's share of the computation inside the
     run (its `wall_s`: simulation, summary, retry timing, trace analysis, series) is printed beside it."""
     spec = replace(_spec(condition), trace=True)
-    cached = runner.cache_dir() / "runs" / f"{spec.key()}.json"
+    cached = cache_dir() / "runs" / f"{spec.key()}.json"
     argv = [sys.executable, "-m", "retrybench", "run", "--condition", condition, "--model", MODEL, "--seed",
             str(spec.seed), "--pulse-x", str(spec.pulse_x), "--json"]
-    env = {**os.environ, "RETRYBENCH_CACHE": str(runner.cache_dir())}  # where `chat` put the calibration
+    env = {**os.environ, "RETRYBENCH_CACHE": str(cache_dir())}  # where `chat` put the calibration
     analysis_s: list[float] = []
 
     def analysis_first() -> None:

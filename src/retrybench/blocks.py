@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from retrybench.runner import RunSpec
+from retrybench.spec import RunSpec
 
 __all__ = ["BLOCKS", "PAPER_MODELS", "Block", "block_specs", "paper_runs"]
 

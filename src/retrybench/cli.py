@@ -26,7 +26,8 @@ from retrybench.analysis import section5, summarize
 from retrybench.blocks import BLOCKS, PAPER_MODELS, block_specs
 from retrybench.config import ConfigError, available_conditions
 from retrybench.engine.profiles import GPUS, MODELS
-from retrybench.runner import RunSpec, calibration_for, run_many, run_one, simulate_spec
+from retrybench.runner import calibration_for, run_many, run_one, simulate_spec
+from retrybench.spec import RunSpec
 from retrybench.tracefile import write_trace
 
 MODEL_CHOICE = click.Choice(sorted(MODELS))
@@ -80,8 +81,8 @@ def _calibrate_live(engine: str, model: str, gpu: str, mixed_prompts: bool, time
                     stages: int, workdir: Path | None) -> None:
     import tempfile
 
+    from retrybench.cache import cache_dir
     from retrybench.live.calibrate import calibrate_live, calibration_summary
-    from retrybench.runner import cache_dir
 
     if not engine.startswith(("http://", "https://")):
         raise click.UsageError(f"--engine must be 'sim' or an http(s) URL, got {engine!r}")
@@ -438,8 +439,8 @@ def _run_live(spec: RunSpec, engine: str, time_scale: float, workdir: Path | Non
     """A live run through the real proxy and load generator; its summary and where its logs are."""
     import tempfile
 
+    from retrybench.cache import cache_dir
     from retrybench.live.run import run_live
-    from retrybench.runner import cache_dir
 
     if engine != "engine-server" and not engine.startswith("http://"):
         raise click.UsageError(f"--engine must be sim, engine-server or an http:// URL, got {engine!r}")

@@ -1,33 +1,26 @@
-"""Run specs -> results, with a content-addressed cache so that an interrupted batch resumes.
-
-A result is cached under the hash of its spec and of the package's own source, so a code change
-never reuses a stale result. Files are written atomically (temporary file, then rename), so a crash
-leaves either the whole result or nothing. Calibration (C-hat) is cached the same way, per engine
-build: GPU, model and prompt mix.
+"""Run specs -> results, through the result cache (cache.py) so that an interrupted batch resumes.
+Calibration (C-hat) is cached the same way, per engine build: GPU, model and prompt mix.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, replace
-from functools import cache
-from importlib import resources
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from retrybench import __version__
 from retrybench.analysis import section5, summarize
 from retrybench.analysis.calibrate import Calibration
 from retrybench.analysis.delivery import delivered_per_window, waiting_total
-from retrybench.config import Condition, EngineConfig, WorkloadSpec, load_condition
-from retrybench.engine.profiles import GPUS, profile_for
+from retrybench.atomicfile import write_atomic
+from retrybench.cache import cache_dir, cached_json, code_version
+from retrybench.config import WorkloadSpec, load_condition
+from retrybench.engine.profiles import profile_for
 from retrybench.runlog import RunLog
 from retrybench.sim.calibrate import (
     CALIBRATION_SEEDS,
@@ -37,85 +30,12 @@ from retrybench.sim.calibrate import (
     calibrate_repeated,
 )
 from retrybench.sim.run import simulate
+from retrybench.spec import RunSpec, engine_config_for
 from retrybench.workload import generate_trace
 
-__all__ = ["RunSpec", "cache_dir", "calibration_for", "code_version", "engine_config_for", "run_many", "run_one",
-           "run_one_live", "series", "simulate_spec"]
+__all__ = ["calibration_for", "run_many", "run_one", "run_one_live", "series", "simulate_spec"]
 
-
-@dataclass(frozen=True, kw_only=True)
-class RunSpec:
-    """One paper run: engine profile, model, condition, trigger, trace seed and overrides."""
-
-    model: str
-    condition: str
-    seed: int
-    gpu: str = "h100"
-    pulse_x: float = 2.7
-    max_batched_tokens: int = 8192
-    mixed_prompts: bool = False
-    engine_cap: int | None = None  # overrides the condition's cap
-    trace: bool = False  # keep the engine trace and report where the prompt work went (Section 5)
-    token_scale: float = 1.0  # every prompt and response length times this (a slower engine's workload)
-
-    def workload(self, chat: float) -> WorkloadSpec:
-        """The run's trace parameters at C-hat = `chat` calls/s."""
-        spec = WorkloadSpec(chat_calls_per_s=chat, pulse_rate_x=self.pulse_x, mixed_prompts=self.mixed_prompts)
-        return spec.scaled(self.token_scale)
-
-    def key(self) -> str:
-        text = json.dumps({"spec": asdict(self), "code": code_version()}, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-# Modules that only read results (the report, the command line): a change there must not invalidate every
-# cached run.
-_NOT_RESULTS = ("report", "cli.py")
 SERIES_STEP_S = 10  # one waiting-queue sample kept per this many seconds (Figure 1(b))
-
-
-@cache
-def code_version() -> str:
-    """Hash of every source and data file the results depend on (all but the report and the CLI)."""
-    digest = hashlib.sha256(__version__.encode())
-    root = Path(str(resources.files("retrybench")))
-    for path in sorted(root.rglob("*")):
-        parts = path.relative_to(root).parts
-        if path.suffix in (".py", ".toml") and "__pycache__" not in parts and parts[0] not in _NOT_RESULTS:
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def cache_dir() -> Path:
-    """$RETRYBENCH_CACHE, or ~/.cache/retrybench."""
-    env = os.environ.get("RETRYBENCH_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "retrybench"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _cached_json(path: Path, compute: Callable[[], dict[str, Any]], use_cache: bool) -> dict[str, Any]:
-    if use_cache and path.exists():
-        try:
-            data: dict[str, Any] = json.loads(path.read_text())
-            return data
-        except (OSError, json.JSONDecodeError):
-            pass  # a damaged entry is recomputed
-    data = compute()
-    if use_cache:
-        _write_atomic(path, json.dumps(data, sort_keys=True, indent=1))
-    return data
 
 
 def _calibration_summary(result: RepeatedCalibration) -> dict[str, Any]:
@@ -156,7 +76,7 @@ def calibration_for(model: str, gpu: str = "h100", mixed_prompts: bool = False,
         result = calibrate_repeated(profile_for(model, gpu), spec=spec)
         return _calibration_record(result, model, gpu, mixed_prompts, token_scale)
 
-    return _cached_json(_calibration_path(model, gpu, mixed_prompts, token_scale), compute, use_cache)
+    return cached_json(_calibration_path(model, gpu, mixed_prompts, token_scale), compute, use_cache)
 
 
 def _calibrate_seed(model: str, gpu: str, mixed_prompts: bool, seed: int) -> Calibration:
@@ -172,18 +92,7 @@ def _calibrate_in_pool(pool: Executor, builds: list[tuple[str, str, bool]]) -> N
     for build in missing:
         runs = tuple(futures[build, seed].result() for seed in range(CALIBRATION_SEEDS))
         record = _calibration_record(average_calibrations(runs), *build, 1.0)
-        _write_atomic(_calibration_path(*build, 1.0), json.dumps(record, sort_keys=True, indent=1))
-
-
-def engine_config_for(spec: RunSpec, condition: Condition, chat: float) -> tuple[EngineConfig, int | None]:
-    """The engine arguments of a run, with its queue cap resolved ("auto" = ceil(120 x C-hat))."""
-    cap = spec.engine_cap if spec.engine_cap is not None else condition.engine_cap
-    if cap == "auto":
-        cap = math.ceil(round(120 * chat, 6))  # robust to float noise
-    resolved = cap if isinstance(cap, int) else None
-    engine = replace(GPUS[spec.gpu].engine_defaults(), max_num_batched_tokens=spec.max_batched_tokens,
-                     max_num_queued_reqs=resolved)
-    return engine, resolved
+        write_atomic(_calibration_path(*build, 1.0), json.dumps(record, sort_keys=True, indent=1))
 
 
 def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str, Any]] | None = None) -> RunLog:
@@ -233,7 +142,7 @@ def run_one(spec: RunSpec, use_cache: bool = True) -> dict[str, Any]:
         result["code_version"] = code_version()
         return result
 
-    return _cached_json(path, compute, use_cache)
+    return cached_json(path, compute, use_cache)
 
 
 def run_one_live(spec: RunSpec, engine_url: str, use_cache: bool = True) -> dict[str, Any]:
@@ -257,7 +166,7 @@ def run_one_live(spec: RunSpec, engine_url: str, use_cache: bool = True) -> dict
                       code_version=code_version())
         return result
 
-    return _cached_json(path, compute, use_cache)
+    return cached_json(path, compute, use_cache)
 
 
 def _run_safely(spec: RunSpec) -> dict[str, Any]:

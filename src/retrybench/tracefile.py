@@ -13,10 +13,11 @@ one event with its time `t` (seconds since the run's start) and `event`:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from retrybench.atomicfile import write_atomic
 
 __all__ = ["FORMAT", "read_trace", "write_trace"]
 
@@ -25,12 +26,9 @@ FORMAT = "retrybench-engine-trace/1"
 
 def write_trace(path: Path, events: Iterable[dict[str, Any]], meta: dict[str, Any]) -> None:
     """Write atomically: a crash leaves the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w") as handle:
-        handle.write(json.dumps({"format": FORMAT, **meta}, sort_keys=True) + "\n")
-        for event in events:
-            handle.write(json.dumps(event, separators=(",", ":")) + "\n")
-    os.replace(tmp, path)
+    lines = [json.dumps({"format": FORMAT, **meta}, sort_keys=True)]
+    lines += [json.dumps(event, separators=(",", ":")) for event in events]
+    write_atomic(Path(path), "\n".join(lines) + "\n")
 
 
 def read_trace(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
@@ -18,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from retrybench.atomicfile import write_atomic
 from retrybench.config import ConfigError, WorkloadSpec
 
 __all__ = ["Call", "Trace", "concat_calls", "generate_trace", "load_trace", "save_trace", "stage_trace"]
@@ -173,15 +172,7 @@ def save_trace(trace: Trace, path: Path) -> None:
         "spec": asdict(trace.spec),
         "calls": [[c.index, c.arrival_s, c.prompt_tokens, c.response_tokens, c.phase] for c in trace.calls],
     }
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(Path(path), json.dumps(data, allow_nan=False))
 
 
 _SPEC_TYPES: dict[str, Callable[[Any], bool]] = {

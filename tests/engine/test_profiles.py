@@ -189,7 +189,7 @@ def test_the_cpu_build_holds_the_kv_cache_vllm_reports() -> None:
 
 def test_the_cpu_platform_sets_its_engine_defaults_on_every_run() -> None:
     from retrybench.config import load_condition
-    from retrybench.runner import RunSpec, engine_config_for
+    from retrybench.spec import RunSpec, engine_config_for
 
     spec = RunSpec(model="tiny-llama", gpu="cpu", condition="engine-cap-100", seed=1, max_batched_tokens=2048)
     engine, cap = engine_config_for(spec, load_condition(spec.condition), chat=1.0)

@@ -24,7 +24,8 @@ from retrybench.analysis.conformance import replay
 from retrybench.config import load_condition
 from retrybench.live.eventlog import read_event_log
 from retrybench.live.run import LiveRun, run_live
-from retrybench.runner import RunSpec, calibration_for, simulate_spec
+from retrybench.runner import calibration_for, simulate_spec
+from retrybench.spec import RunSpec
 
 MODEL = "qwen2.5-7b-instruct"
 TIME_SCALE = 0.1

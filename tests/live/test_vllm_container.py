@@ -26,7 +26,7 @@ from retrybench.live.vllm import (
     vllm_args_for,
     vllm_image,
 )
-from retrybench.runner import RunSpec
+from retrybench.spec import RunSpec
 
 TEST_IMAGE = "retrybench/fake-vllm:test"
 

@@ -25,7 +25,8 @@ from retrybench.analysis import summarize
 from retrybench.live.launch import free_port
 from retrybench.live.run import run_live
 from retrybench.live.vllm import TRACING_SCHEDULER, VllmArgs, vllm_executable, vllm_process
-from retrybench.runner import RunSpec, calibration_for, simulate_spec
+from retrybench.runner import calibration_for, simulate_spec
+from retrybench.spec import RunSpec
 from retrybench.tinymodel import make_tiny_model
 from retrybench.tracefile import read_trace
 

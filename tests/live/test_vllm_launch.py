@@ -23,7 +23,7 @@ from retrybench.live.vllm import (
     vllm_executable,
     vllm_process,
 )
-from retrybench.runner import RunSpec
+from retrybench.spec import RunSpec
 
 
 def spec(condition: str = "no-control", **overrides: object) -> RunSpec:
@@ -62,7 +62,7 @@ def test_queue_cap_comes_from_the_condition_or_the_spec() -> None:
 
 
 def test_auto_cap_is_ceil_120_chat_and_needs_chat() -> None:
-    # as the simulator resolves it: runner.engine_config_for, ceil(120 x C-hat)
+    # as the simulator resolves it: spec.engine_config_for, ceil(120 x C-hat)
     assert vllm_args_for(spec("engine-cap-338"), chat=2.81).max_num_queued_reqs == 338
     with pytest.raises(ValueError, match="pass chat"):
         vllm_args_for(spec("engine-cap-338"))

@@ -23,9 +23,10 @@ import pytest
 from retrybench import runner
 from retrybench.config import WorkloadSpec, available_conditions, load_condition
 from retrybench.engine.profiles import profile_for
-from retrybench.runner import RunSpec, engine_config_for, run_one, simulate_spec
+from retrybench.runner import run_one, simulate_spec
 from retrybench.sim.calibrate import calibrate
 from retrybench.sim.run import simulate
+from retrybench.spec import RunSpec, engine_config_for
 from retrybench.workload import generate_trace
 
 # C-hat of each model as calibrated by the code these digests were taken on; fixed here so that the

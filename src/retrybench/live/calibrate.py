@@ -18,8 +18,8 @@ from typing import Any
 from retrybench.analysis.calibrate import Calibration, calibration_from_log, stage_plan
 from retrybench.config import ClientPolicy, WorkloadSpec
 from retrybench.live.run import run_live
-from retrybench.runner import RunSpec
 from retrybench.sim.calibrate import FIRST_STAGE_RATE, STAGES
+from retrybench.spec import RunSpec
 from retrybench.workload import Trace, concat_calls, stage_trace
 
 __all__ = ["calibrate_live", "calibration_summary"]

@@ -15,8 +15,6 @@ import itertools
 import json
 import logging
 import math
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from retrybench.atomicfile import write_atomic
 from retrybench.client import CallDelivered, CallFailed, RetryingClient, SendAttempt
 from retrybench.config import ClientPolicy
 from retrybench.live.aio import run_event_loop
@@ -434,15 +433,7 @@ async def run_load(trace: Trace, settings: LoadgenSettings) -> LoadResult:
 
 
 def _write(path: Path, result: LoadResult) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(result.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(Path(path), result.to_json())
 
 
 def run_loadgen(trace: Trace, settings: LoadgenSettings, out: Path | None) -> LoadResult:

@@ -28,7 +28,7 @@ from retrybench.live.eventlog import read_event_log
 from retrybench.live.launch import ServerProcess, engine_server_command, free_port
 from retrybench.live.loadgen import LoadgenSettings, LoadResult, run_load
 from retrybench.runlog import RunLog
-from retrybench.runner import RunSpec, engine_config_for
+from retrybench.spec import RunSpec, engine_config_for
 from retrybench.workload import Trace, generate_trace
 
 __all__ = ["LiveRun", "run_live"]

@@ -1,7 +1,7 @@
 """Real vLLM behind the same seams as the simulator: its engine arguments, a `vllm serve` process, the container.
 
 One pure function, `vllm_args_for`, turns a run spec into vLLM's engine arguments exactly as the
-simulator reads them (`runner.engine_config_for`: step size, and the condition's queue cap as
+simulator reads them (`spec.engine_config_for`: step size, and the condition's queue cap as
 `--max-num-queued-reqs`); `VllmArgs.argv()` is the argument list after `vllm serve`, shared by the
 process and the container so that both run one engine configuration.
 
@@ -34,7 +34,7 @@ from retrybench.doctor import VLLM_IMAGE
 from retrybench.engine.profiles import MODELS
 from retrybench.live.launch import ServerProcess
 from retrybench.live.vllm_trace import TRACE_ENV
-from retrybench.runner import RunSpec, engine_config_for
+from retrybench.spec import RunSpec, engine_config_for
 
 __all__ = ["CONTAINER_HF_CACHE", "CONTAINER_PORT", "CONTAINER_RESULTS", "CONTAINER_SOURCE", "IMAGE_ENV",
            "SERVED_MODEL_NAME", "TRACE_FILE", "TRACING_ASYNC_SCHEDULER", "TRACING_SCHEDULER", "VLLM_ENV",

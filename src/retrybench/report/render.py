@@ -4,14 +4,13 @@ resources), written with each run's summary JSON beside it. The only module here
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from retrybench.atomicfile import write_atomic
 from retrybench.report.context import run_file_name
 from retrybench.report.figures import FIGURES
 
@@ -34,26 +33,14 @@ def render_html(context: Mapping[str, Any]) -> str:
     return template.render(**context, svg=figures, runs_dir=RUNS_DIR)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(out: Path, context: Mapping[str, Any], results: Iterable[Mapping[str, Any]],
                  page_name: str = "index.html") -> Path:
     """Write out/<page_name>, out/summary.json (the page's data) and out/runs/<run>.json (one per run,
     failed ones with their error); return the page's path."""
     for result in results:
-        _write_atomic(out / RUNS_DIR / run_file_name(result), json.dumps(result, sort_keys=True, indent=1))
-    _write_atomic(out / "summary.json", json.dumps({k: v for k, v in context.items() if k != "figures"},
+        write_atomic(out / RUNS_DIR / run_file_name(result), json.dumps(result, sort_keys=True, indent=1))
+    write_atomic(out / "summary.json", json.dumps({k: v for k, v in context.items() if k != "figures"},
                                                    sort_keys=True, indent=1, default=str))
     page = out / page_name
-    _write_atomic(page, render_html(context))
+    write_atomic(page, render_html(context))
     return page

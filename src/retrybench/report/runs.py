@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from retrybench.blocks import BLOCKS, block_specs
-from retrybench.runner import RunSpec
+from retrybench.spec import RunSpec
 
 __all__ = ["Entry", "MissingRun", "RunFailed", "RunSet", "spec_of"]
 
