@@ -1,7 +1,9 @@
-"""Helpers of the finding tests: cached runs and the parametrization of a block's runs."""
+"""Helpers of the finding tests: each test asserts one registered claim (retrybench.claims) on the
+paper's runs, computed once and then read from the cache (or live, with `pytest --engine`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -9,15 +11,22 @@ from fixtures.engine_runs import active
 from fixtures.report import note_run
 
 from retrybench.blocks import paper_runs
+from retrybench.claims import Case, Claim, all_subjects
+from retrybench.results import RunSummary
 from retrybench.runner import run_one
 from retrybench.spec import RunSpec
 
-__all__ = ["KNOWN_2K", "PRIMARY", "block_runs", "result", "tracing_runs"]
+__all__ = ["KNOWN_2K", "PRIMARY", "Record", "assert_claim", "cases", "result"]
 
 PRIMARY = "qwen2.5-7b-instruct"
 
+Record = Callable[..., None]
+# A (model, seed), or a (model, seed, steps), on which the simulator does not reproduce a claim: the
+# measured numbers, the reason of a strict xfail.
+Known = Mapping[tuple[Any, ...], str]
 
-def result(model: str, condition: str, seed: int, **overrides: Any) -> dict[str, Any]:
+
+def result(model: str, condition: str, seed: int, **overrides: Any) -> RunSummary:
     """One run's summary on the simulated engine (or live, with `pytest --engine`), computed once and
     then read from the cache; noted as used by the current test, for `pytest --report`."""
     spec = RunSpec(model=model, condition=condition, seed=seed, **overrides)
@@ -27,32 +36,32 @@ def result(model: str, condition: str, seed: int, **overrides: Any) -> dict[str,
     return run
 
 
-def block_runs(block: str, models: tuple[str, ...], known: dict[tuple[str, int], str] | None = None) -> list[Any]:
-    """(model, seed) params of a block with the paper's run counts, grouped so that one xdist
-    worker computes every condition of one trace. `known` maps a (model, seed) on which the
-    simulator does not reproduce the claim to the measured numbers: a strict xfail."""
+def _paper_pairs(block: str, models: tuple[str, ...]) -> list[tuple[str, int]]:
+    return [(model, seed) for model in models for seed in range(1, paper_runs(block, model) + 1)]
+
+
+def cases(claim: Claim, known: Known | None = None) -> list[Any]:
+    """The claim's cases on the paper's run counts, one test each. Each is marked with the claim's id
+    (for `pytest --report`) and grouped so that one xdist worker computes every condition of one trace;
+    `known` turns the runs the simulator does not reproduce into strict xfails with their measured numbers."""
     params = []
-    for model in models:
-        for seed in range(1, paper_runs(block, model) + 1):
-            marks: list[Any] = [pytest.mark.xdist_group(f"{block}-{model}-{seed}")]
-            if known and (model, seed) in known:
-                marks.append(pytest.mark.xfail(strict=True, reason=known[(model, seed)]))
-            params.append(pytest.param(model, seed, id=f"{model}-run{seed}", marks=marks))
+    for case in all_subjects((claim,), _paper_pairs):
+        s = case.subject
+        group = s.block or claim.block
+        marks: list[Any] = [pytest.mark.claim(claim.id), pytest.mark.xdist_group(f"{group}-{s.model}-{s.seed}")]
+        reason = (known or {}).get((s.model, s.seed)) or (known or {}).get((s.model, s.seed, s.steps))
+        if reason:
+            marks.append(pytest.mark.xfail(strict=True, reason=reason))
+        params.append(pytest.param(case, id=str(case), marks=marks))
     return params
 
 
-def tracing_runs(known_2k: dict[tuple[str, int], str] | None = None) -> list[Any]:
-    """(model, seed, steps) params of the tracing block at 8,192 and 2,048 batched tokens; `known_2k`
-    marks runs whose 2,048-token condition the simulator does not reproduce (strict xfails)."""
-    params = []
-    for param in block_runs("tracing", (PRIMARY,)):
-        model, seed = param.values
-        for steps in (8192, 2048):
-            marks = list(param.marks)
-            if steps == 2048 and known_2k and (model, seed) in known_2k:
-                marks.append(pytest.mark.xfail(strict=True, reason=known_2k[(model, seed)]))
-            params.append(pytest.param(model, seed, steps, id=f"{param.id}-{steps}", marks=marks))
-    return params
+def assert_claim(case: Case, record: Record) -> None:
+    """Checks the case's claim on its runs, records every figure beside the paper's, and asserts it."""
+    outcome = case.claim.check(case.subject, result)
+    for name, measured in outcome.measured.items():
+        record(name, measured, outcome.paper.get(name))
+    assert outcome.held, f"{case.claim.id} ({case.subject.label()}): {outcome.explain()}"
 
 
 # The 2,048-token tracing runs the simulator does not reproduce: they recover.
@@ -62,11 +71,13 @@ SMALL_STEPS_RECOVER = (
     "efficiency for every step size), so decodes advance four times as often per prefill token, KV blocks free "
     "sooner and capacity rises above the 8,192-token C-hat; the paper's vLLM did not recover at 2K"
 )
+_DETAIL_RUN2 = ("; aborted share 11.0%, step-time share 5.9-7.8%, median time left at first step 52.7 s, first "
+                "scheduled 69.0 s after the predecessor's abort")
+_DETAIL_RUN3 = ("; aborted share 11.9%, step-time share 6.5-8.4%, median time left at first step 47.9 s, first "
+                "scheduled 73.7 s after the predecessor's abort")
 KNOWN_2K = {
-    (PRIMARY, 2): SMALL_STEPS_RECOVER.format(detail="; aborted share 11.0%, step-time share 5.9-7.8%, median time "
-                                             "left at first step 52.7 s, first scheduled 69.0 s after the "
-                                             "predecessor's abort"),
-    (PRIMARY, 3): SMALL_STEPS_RECOVER.format(detail="; aborted share 11.9%, step-time share 6.5-8.4%, median time "
-                                             "left at first step 47.9 s, first scheduled 73.7 s after the "
-                                             "predecessor's abort"),
+    (PRIMARY, 2, 2048): SMALL_STEPS_RECOVER.format(detail=_DETAIL_RUN2),
+    (PRIMARY, 3, 2048): SMALL_STEPS_RECOVER.format(detail=_DETAIL_RUN3),
 }
+# The same runs, for claims that read both step sizes of a seed at once.
+KNOWN_2K_BY_SEED = {(model, seed): reason for (model, seed, _), reason in KNOWN_2K.items()}

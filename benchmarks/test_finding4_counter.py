@@ -5,31 +5,20 @@ hold, by about a fifth to two thirds, on all three models; its increase matches 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from findings import PRIMARY, block_runs, result
-from retrybench.blocks import BLOCKS
-from retrybench.paper import near, paper_values
+from findings import Record, assert_claim, cases
+from retrybench.claims import Case
+from retrybench.claims import section5 as claims
 
 pytestmark = pytest.mark.finding4
 
-PAPER = paper_values()
-RULE_WITHIN_PCT = PAPER["tracing"]["counter_matches_rule_within_pct"]
+
+@pytest.mark.parametrize("case", cases(claims.COUNTER_FOLLOWS_RULE))
+def test_the_prompt_token_counter_follows_its_rule(case: Case, record: Record) -> None:
+    assert_claim(case, record)
 
 
-@pytest.mark.parametrize("steps", [8192, 2048])
-@pytest.mark.parametrize(("model", "seed"), block_runs("tracing", (PRIMARY,)))
-def test_the_prompt_token_counter_follows_its_rule(model: str, seed: int, steps: int, record: Any) -> None:
-    run = result(model, "retries-on-cancel-on", seed, max_batched_tokens=steps, trace=True)
-    record("counter_rule_error_pct", run["counter_rule_error_pct"], RULE_WITHIN_PCT)
-    assert run["counter_rule_error_pct"] <= RULE_WITHIN_PCT
-
-
-@pytest.mark.parametrize(("model", "seed"), block_runs("diagnostic", BLOCKS["diagnostic"].models))
-def test_the_counter_misses_a_fifth_to_two_thirds_of_admitted_prompt_tokens(model: str, seed: int,
-                                                                           record: Any) -> None:
-    run = result(model, "retries-on-cancel-on", seed)
-    record("counter_gap_pct", run["counter_gap_pct"], PAPER["counter_gap"][model])
-    assert near(run["counter_gap_pct"], 100 / 5, 200 / 3)
+@pytest.mark.parametrize("case", cases(claims.COUNTER_GAP))
+def test_the_counter_misses_a_fifth_to_two_thirds_of_admitted_prompt_tokens(case: Case, record: Record) -> None:
+    assert_claim(case, record)

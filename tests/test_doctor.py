@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from retrybench import vllm_locate
 from retrybench.cli import main
-from retrybench.doctor import VLLM_IMAGE, Probe, diagnose
+from retrybench.doctor import Probe, diagnose
+from retrybench.vllm_locate import DEFAULT_IMAGE
 
 BARE = Probe(versions={"retrybench": "0.1.0", "numpy": "2.0"}, docker_engine=False, gpus=0, image_present=False,
              hf_home="/hf", models=0)
@@ -31,14 +37,14 @@ def test_a_bare_machine_runs_the_simulator_only_and_says_why_for_the_rest() -> N
 def test_a_gpu_box_with_everything_runs_every_engine() -> None:
     rows = diagnose(GPU_BOX)
     assert all(r.available and not r.why_not for r in rows)
-    assert rows[2].version == "vllm 0.30.0" and rows[3].version == VLLM_IMAGE
+    assert rows[2].version == "vllm 0.30.0" and rows[3].version == DEFAULT_IMAGE
 
 
 def test_each_missing_piece_is_named_alone() -> None:
     cases = {
         "no Docker engine answers": replace(GPU_BOX, docker_engine=False),
         "no GPU": replace(GPU_BOX, gpus=0),
-        f"the image {VLLM_IMAGE} is not in the local engine": replace(GPU_BOX, image_present=False),
+        f"the image {DEFAULT_IMAGE} is not in the local engine": replace(GPU_BOX, image_present=False),
     }
     for reason, probe in cases.items():
         container = diagnose(probe)[3]
@@ -78,3 +84,75 @@ def test_a_cpu_build_in_its_own_venv_is_found_with_its_version(tmp_path: Path,
     process = diagnose(probe)[2]
     assert process.available and str(venv / "bin" / "vllm") in process.version
     assert "make-tiny-model" in process.note  # no model cached: the tiny one will do
+
+
+# The optional extras, made unimportable: a base install, the machine doctor is for.
+BASE_INSTALL = """
+import sys
+
+EXTRAS = {"aiohttp", "prometheus_client", "uvloop", "testcontainers", "docker", "vllm"}
+
+
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in EXTRAS:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NotInstalled())
+"""
+
+
+def _on_a_base_install(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", BASE_INSTALL + textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120, check=False, env={**os.environ, "COLUMNS": "200"})
+
+
+def test_doctor_imports_nothing_of_the_live_extra() -> None:
+    done = _on_a_base_install("""
+        import retrybench.doctor
+        from retrybench.doctor import Probe, diagnose
+
+        rows = diagnose(Probe.of_this_machine())
+        loaded = sorted(name for name in sys.modules if name.partition(".")[0] in EXTRAS)
+        print("ROWS", len(rows), "LOADED", loaded)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert "ROWS 4 LOADED []" in done.stdout
+
+
+def test_the_doctor_command_runs_on_a_base_install() -> None:
+    done = _on_a_base_install("""
+        import runpy
+
+        sys.argv = ["retrybench", "doctor"]
+        runpy.run_module("retrybench", run_name="__main__")
+    """)
+    assert done.returncode == 0, done.stderr
+    for name in ("simulated engine", "engine server", "vLLM process", "vLLM container"):
+        assert name in done.stdout
+
+
+def test_the_image_is_the_one_retrybench_vllm_image_names(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RETRYBENCH_VLLM_IMAGE", "registry.example/vllm:nightly")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")  # docker and nvidia-smi are there
+    asked: list[list[str]] = []
+
+    def run(argv: list[str]) -> str | None:
+        asked.append(argv)
+        return None if argv[:3] == ["docker", "image", "inspect"] else "GPU 0: H100\n"
+
+    probe = Probe.of_this_machine(run)
+    assert probe.image == "registry.example/vllm:nightly"
+    assert ["docker", "image", "inspect", "registry.example/vllm:nightly", "--format", "{{.Id}}"] in asked
+    container = diagnose(probe)[3]
+    assert "the image registry.example/vllm:nightly is not in the local engine" in container.why_not
+    assert "docker pull registry.example/vllm:nightly" in container.fix
+    present = replace(GPU_BOX, image=probe.image)
+    assert diagnose(present)[3].version == "registry.example/vllm:nightly"
+
+
+def test_the_source_root_is_this_checkouts_src() -> None:
+    assert vllm_locate.source_root() == Path(__file__).resolve().parents[1] / "src"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from retrybench.spec import RunSpec
 
-__all__ = ["BLOCKS", "PAPER_MODELS", "Block", "block_specs", "paper_runs"]
+__all__ = ["BLOCKS", "PAPER_MODELS", "Block", "block_specs", "paper_runs", "table1_plan"]
 
 PRIMARY_MODEL = "qwen2.5-7b-instruct"
 # The paper's three models (Section 3.1), not every profile engine/profiles.py knows: Table 1's blocks
@@ -95,3 +95,10 @@ def block_specs(name: str, model: str, runs: int | None = None, gpu: str = "h100
         for pulse in block.pulses_x
         for condition, step in zip(block.conditions, steps, strict=True)
     ]
+
+
+def table1_plan(models: list[str], gpu: str, runs: int | None) -> list[tuple[str, RunSpec]]:
+    """(block, spec) of every run of every block of Table 1 on the chosen models, in Table 1's order;
+    blocks share runs, so a spec may appear under several blocks."""
+    return [(name, spec) for name, blk in BLOCKS.items() for model in models if model in blk.models
+            for spec in block_specs(name, model, runs, gpu)]

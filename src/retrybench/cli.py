@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +22,41 @@ from rich.progress import (
 from rich.table import Table
 
 from retrybench import __version__
-from retrybench.analysis import section5, summarize
-from retrybench.blocks import BLOCKS, PAPER_MODELS, block_specs
+from retrybench.analysis.calibrate import STAGES
+from retrybench.blocks import BLOCKS, PAPER_MODELS, block_specs, table1_plan
 from retrybench.config import ConfigError, available_conditions
 from retrybench.engine.profiles import GPUS, MODELS
-from retrybench.runner import calibration_for, run_many, run_one, simulate_spec
+from retrybench.engine_choice import EngineChoice, EngineKind, parse_engine
+from retrybench.results import Result, is_failed
+from retrybench.runner import (
+    calibrate_one_live,
+    calibration_for,
+    live_workdir,
+    run_many,
+    run_many_live,
+    run_one,
+    run_one_live,
+    run_traced,
+)
 from retrybench.spec import RunSpec
-from retrybench.tracefile import write_trace
 
 MODEL_CHOICE = click.Choice(sorted(MODELS))
 GPU_CHOICE = click.Choice(sorted(GPUS))
 console = Console(stderr=True)
 TIME_SCALE_HELP = ("Wall seconds per model second: 1 is real time, 0.1 runs every clock, deadline and "
                    "policy timer ten times faster. Engine server, proxy and load generator must agree.")
+
+
+def _engine(*allowed: EngineKind) -> Callable[[click.Context, click.Parameter, str], EngineChoice]:
+    """The `--engine` callback of a command that drives `allowed`: the engine named, or a usage error."""
+    def parse(ctx: click.Context, param: click.Parameter, value: str) -> EngineChoice:
+        try:
+            return parse_engine(value, allowed)
+        except ValueError as error:
+            raise click.BadParameter(str(error), ctx, param) from error
+
+    return parse
+
 
 SUMMARY_COLUMNS = ("recovered", "recovery_s", "hold_delivered_pct", "pulse_delivered_pct", "primary_timely_pct",
                    "created_x", "accepted_x", "completed_x", "retry_share_pct")
@@ -52,22 +74,22 @@ def main() -> None:
 @click.option("--gpu", type=GPU_CHOICE, default="h100", show_default=True)
 @click.option("--mixed-prompts", is_flag=True, help="Half the calls get 3,000-token prompts (Section 4.2).")
 @click.option("--no-cache", is_flag=True, help="Recompute even if a cached calibration exists.")
-@click.option("--engine", default="sim", show_default=True,
+@click.option("--engine", default="sim", show_default=True, callback=_engine("sim"),
               help="sim, or the base URL of a running OpenAI-compatible engine (a real vLLM, say): the stages "
                    "then go to it live, through the proxy with cancellation off.")
 @click.option("--time-scale", type=click.FloatRange(min=1e-3, max=1e3), default=1.0, show_default=True,
               help=TIME_SCALE_HELP + " Live only.")
 @click.option("--token-scale", type=click.FloatRange(min=1e-3, max=1.0), default=1.0, show_default=True,
               help="Every prompt and reply length times this: the paper's workload for a slower engine.")
-@click.option("--stages", type=click.IntRange(min=1, max=30), default=11, show_default=True,
+@click.option("--stages", type=click.IntRange(min=1, max=30), default=STAGES, show_default=True,
               help="Live only: stages to send at most (0.2 calls/s x 1.5^k); the first saturated one gives C-hat.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Live only: where the logs go (default: a new directory under the cache).")
-def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine: str, time_scale: float,
+def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine: EngineChoice, time_scale: float,
               token_scale: float, stages: int, workdir: Path | None) -> None:
     """Measure C-hat the paper's way (300-s stages, each 1.5x the last, until the queue grows):
     on the simulated engine, repeated on five independent traces and averaged; or once, live."""
-    if engine != "sim":
+    if engine.live:
         _calibrate_live(engine, model, gpu, mixed_prompts, time_scale, token_scale, stages, workdir)
         return
     result = calibration_for(model, gpu, mixed_prompts, use_cache=not no_cache, token_scale=token_scale)
@@ -77,28 +99,18 @@ def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine:
     click.echo(json.dumps(brief, indent=1))
 
 
-def _calibrate_live(engine: str, model: str, gpu: str, mixed_prompts: bool, time_scale: float, token_scale: float,
-                    stages: int, workdir: Path | None) -> None:
-    import tempfile
-
-    from retrybench.cache import cache_dir
-    from retrybench.live.calibrate import calibrate_live, calibration_summary
-
-    if not engine.startswith(("http://", "https://")):
-        raise click.UsageError(f"--engine must be 'sim' or an http(s) URL, got {engine!r}")
+def _calibrate_live(engine: EngineChoice, model: str, gpu: str, mixed_prompts: bool, time_scale: float,
+                    token_scale: float, stages: int, workdir: Path | None) -> None:
     if mixed_prompts:
         raise click.UsageError("--mixed-prompts is for the simulated engine only")
-    if workdir is None:
-        (cache_dir() / "live").mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix="calibrate-", dir=cache_dir() / "live"))
+    workdir = workdir or live_workdir("calibrate-")
     console.print(f"calibrating {engine} live, up to {stages} stages of {300 * time_scale:g} s; logs in {workdir}")
     try:
-        result = calibrate_live(engine.rstrip("/"), model=model, gpu=gpu, workdir=workdir, time_scale=time_scale,
-                                token_scale=token_scale, stages=stages)
+        summary = calibrate_one_live(engine, model=model, gpu=gpu, workdir=workdir, time_scale=time_scale,
+                                     token_scale=token_scale, stages=stages)
     except ValueError as error:
         raise click.ClickException(str(error)) from error
-    click.echo(json.dumps(calibration_summary(result, engine_url=engine, time_scale=time_scale,
-                                              token_scale=token_scale), indent=1))
+    click.echo(json.dumps(summary, indent=1))
 
 
 @main.command()
@@ -113,39 +125,38 @@ def _calibrate_live(engine: str, model: str, gpu: str, mixed_prompts: bool, time
 @click.option("--mixed-prompts", is_flag=True)
 @click.option("--engine-cap", type=click.IntRange(min=1), default=None, help="vLLM's --max-num-queued-reqs.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--no-cache", is_flag=True)
+@click.option("--no-cache", is_flag=True, help="Recompute even if a cached result exists (live runs too).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               default=None, help="Also write the engine's event trace (JSONL) and the run log beside it.")
-@click.option("--engine", default="sim", show_default=True,
+@click.option("--engine", default="sim", show_default=True, callback=_engine("sim", "engine-server"),
               help="sim (virtual time), engine-server (the engine model over HTTP, started here) or the base "
                    "URL of a running OpenAI-compatible engine; the last two run live through the proxy.")
 @click.option("--time-scale", type=click.FloatRange(min=1e-3, max=1e3), default=1.0, show_default=True,
               help=TIME_SCALE_HELP + " Live runs only.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Live runs: where the logs go (default: a new directory under the cache).")
+              help="Live runs: where the logs go (default: the run's directory under the cache).")
 @click.option("--token-scale", type=click.FloatRange(min=1e-3, max=1.0), default=1.0, show_default=True,
               help="Every prompt and reply length times this (with --gpu cpu --model tiny-llama: 0.1, the "
                    "workload that profile was fitted on).")
 def run(condition: str, model: str, seed: int, pulse_x: float, max_batched_tokens: int, gpu: str,
         mixed_prompts: bool, engine_cap: int | None, as_json: bool, no_cache: bool, trace_path: Path | None,
-        engine: str, time_scale: float, workdir: Path | None, token_scale: float) -> None:
+        engine: EngineChoice, time_scale: float, workdir: Path | None, token_scale: float) -> None:
     """One paper run: the trace under one condition, on the simulated engine or live."""
+    if engine.kind == "url" and time_scale != 1.0 and gpu != "cpu":
+        raise click.UsageError("an external engine runs in real time: --time-scale applies to engine-server only "
+                               "(and to a real vLLM on a CPU with --gpu cpu, whose profile is at time scale 0.1)")
     spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
                    max_batched_tokens=max_batched_tokens, mixed_prompts=mixed_prompts, engine_cap=engine_cap,
                    trace=True, token_scale=token_scale)
+    result: Mapping[str, Any]
     try:
-        if engine != "sim":
-            result = _run_live(spec, engine, time_scale, workdir)
+        if engine.live:
+            console.print(f"live run: {condition}, {947 * time_scale:.0f}+ s wall; logs in {workdir or 'the cache'}")
+            result = run_one_live(spec, engine, time_scale=time_scale, workdir=workdir, use_cache=not no_cache)
         elif trace_path is None:
             result = run_one(spec, use_cache=not no_cache)
         else:
-            events: list[dict[str, Any]] = []
-            log = simulate_spec(spec, trace=events)
-            write_trace(trace_path, events, {"spec": log.meta})
-            runlog_path = trace_path.with_suffix(".runlog.json")
-            runlog_path.write_text(log.to_json())
-            result = {**log.meta, **summarize(log), **section5.timing_and_counters(log),
-                      **section5.trace_summary(events, log), "trace": str(trace_path), "run_log": str(runlog_path)}
+            result = run_traced(spec, trace_path)
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     if as_json:
@@ -159,13 +170,13 @@ def _progress() -> Progress:
                     TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
 
 
-def _run_with_progress(specs: list[RunSpec], jobs: int | None, label: str) -> list[dict[str, Any]]:
+def _run_with_progress(specs: list[RunSpec], jobs: int | None, label: str) -> list[Result]:
     with _progress() as progress:
         task = progress.add_task(label, total=len(specs))
 
-        def advance(spec: RunSpec, result: dict[str, Any]) -> None:
+        def advance(spec: RunSpec, result: Result) -> None:
             progress.advance(task)
-            if "error" in result:
+            if is_failed(result):
                 console.print(f"[red]run failed[/red] {spec}: {result['error']}")
 
         return run_many(specs, jobs=jobs, progress=advance)
@@ -202,17 +213,9 @@ def _runs_option(value: str) -> int | None:
     return runs
 
 
-def _plan(models: list[str], gpu: str, runs: int | None) -> list[tuple[str, RunSpec]]:
-    """(block, spec) of every run of every block of Table 1 on the chosen models, in Table 1's order."""
-    return [(name, spec) for name, blk in BLOCKS.items() for model in models if model in blk.models
-            for spec in block_specs(name, model, runs, gpu)]
-
-
-def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: str) -> list[dict[str, Any]]:
+def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: EngineChoice) -> list[Result]:
     """Each distinct spec once (blocks share runs), in parallel on the simulator or one at a time live,
     with a progress display counted in block runs: done of total, current block, elapsed, ETA."""
-    from retrybench.runner import run_one_live
-
     unique: dict[RunSpec, list[str]] = {}
     for name, spec in plan:
         unique.setdefault(spec, []).append(name)
@@ -220,27 +223,19 @@ def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: str) ->
     with _progress() as progress:
         task = progress.add_task("starting", total=len(plan))
 
-        def advance(spec: RunSpec, result: dict[str, Any]) -> None:
+        def advance(spec: RunSpec, result: Result) -> None:
             blocks = unique[spec]
             progress.update(task, advance=len(blocks), description=f"block {blocks[0]}")
-            if "error" in result:
+            if is_failed(result):
                 console.print(f"[red]run failed[/red] {', '.join(blocks)}: {spec}: {result['error']}")
 
-        if engine == "sim":
+        if not engine.live:
             return run_many(specs, jobs=jobs, progress=advance)
-        results = []
-        for spec in specs:  # one engine: live runs must not overlap
-            try:
-                result = run_one_live(spec, engine)
-            except Exception as error:  # a failed run is reported, never dropped
-                result = {**asdict(spec), "error": f"{type(error).__name__}: {error}"}
-            advance(spec, result)
-            results.append(result)
-        return results
+        return run_many_live(specs, engine, progress=advance)
 
 
 @main.command()
-@click.option("--engine", default="sim", show_default=True,
+@click.option("--engine", default="sim", show_default=True, callback=_engine("sim"),
               help="sim (the simulated engine, in parallel on every core), or the base URL of a running "
                    "OpenAI-compatible engine: each run then goes live through the proxy, in real time (947+ s), "
                    "one at a time.")
@@ -253,7 +248,7 @@ def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: str) ->
               show_default=True, help="Where the report (index.html) and each run's summary JSON go.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel processes (default: cores).")
 @click.option("--json", "as_json", is_flag=True, help="Also print the run results as a JSON list.")
-def reproduce(engine: str, gpu: str, models: str, runs_text: str, out: Path, jobs: int | None,
+def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: Path, jobs: int | None,
               as_json: bool) -> None:
     """Every block of Table 1 (the paper's 137 runs by default), then the HTML reproducibility report:
     per finding the paper's claim and figures, this run's, and a verdict. Resumable: results are cached
@@ -264,10 +259,8 @@ def reproduce(engine: str, gpu: str, models: str, runs_text: str, out: Path, job
     unknown = [m for m in chosen if m not in PAPER_MODELS]
     if unknown:
         raise click.UsageError(f"unknown model(s) {', '.join(unknown)}; the paper's: {', '.join(PAPER_MODELS)}")
-    if engine != "sim" and not engine.startswith(("http://", "https://")):
-        raise click.UsageError(f"--engine must be sim or an http(s):// URL, got {engine!r}")
     runs = _runs_option(runs_text)
-    plan = _plan(chosen, gpu, runs)
+    plan = table1_plan(chosen, gpu, runs)
     started = time.perf_counter()
     results = _run_plan(plan, jobs, engine)
     wall_s = time.perf_counter() - started
@@ -279,7 +272,7 @@ def reproduce(engine: str, gpu: str, models: str, runs_text: str, out: Path, job
         console.print(f"[yellow]no HTML report[/yellow] ({error}); pip install jinja2 matplotlib for it")
         _show(results, as_json)
         return
-    label = "simulated vLLM-V1 engine (virtual time)" if engine == "sim" else f"live engine at {engine}"
+    label = f"live engine at {engine}" if engine.live else "simulated vLLM-V1 engine (virtual time)"
     context = build_context(results, gather(engine=label, wall_s=wall_s, command=command), runs=runs)
     page = write_report(out, context, results)
     _print_verdicts(context)
@@ -435,30 +428,7 @@ def doctor() -> None:
     Console().print(table)
 
 
-def _run_live(spec: RunSpec, engine: str, time_scale: float, workdir: Path | None) -> dict[str, Any]:
-    """A live run through the real proxy and load generator; its summary and where its logs are."""
-    import tempfile
-
-    from retrybench.cache import cache_dir
-    from retrybench.live.run import run_live
-
-    if engine != "engine-server" and not engine.startswith("http://"):
-        raise click.UsageError(f"--engine must be sim, engine-server or an http:// URL, got {engine!r}")
-    if engine != "engine-server" and time_scale != 1.0 and spec.gpu != "cpu":
-        raise click.UsageError("an external engine runs in real time: --time-scale applies to engine-server only "
-                               "(and to a real vLLM on a CPU with --gpu cpu, whose profile is at time scale 0.1)")
-    chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, token_scale=spec.token_scale)["chat"])
-    if workdir is None:
-        (cache_dir() / "live").mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix=f"{spec.condition}-", dir=cache_dir() / "live"))
-    console.print(f"live run: {spec.condition}, {947 * time_scale:.0f}+ s wall; logs in {workdir}")
-    live = run_live(spec, time_scale=time_scale, workdir=workdir, chat=chat,
-                    engine_url=None if engine == "engine-server" else engine)
-    return {**live.log.meta, **summarize(live.log), "send_lateness": live.load.meta["send_lateness"],
-            "workdir": str(workdir)}
-
-
-def _show(results: list[dict[str, Any]], as_json: bool) -> None:
+def _show(results: Sequence[Mapping[str, Any]], as_json: bool) -> None:
     """Print the results (JSON or a table); exit 1 if any run failed, after showing every run."""
     if as_json:
         click.echo(json.dumps(results))
@@ -472,7 +442,7 @@ HEADERS = ("recovered", "recovery s", "hold %", "pulse %", "primary <=120 s %", 
            "completed xC", "retry share %")
 
 
-def _print_table(results: list[dict[str, Any]]) -> None:
+def _print_table(results: Sequence[Mapping[str, Any]]) -> None:
     table = Table("model", "condition", "seed", "pulse xC", *HEADERS, title="retrybench runs (simulated engine)")
     for r in results:
         if "error" in r:

@@ -9,17 +9,18 @@ attempt's `deadline_s` passes, and the client answers with the call's next actio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 
 from retrybench.config import ClientPolicy
-from retrybench.runlog import COMPLETED, ERROR, REFUSED_429, REFUSED_503, TIMED_OUT
+from retrybench.runlog import COMPLETED, ERROR, REFUSED_429, REFUSED_503, TIMED_OUT, FailedReason
 
 __all__ = ["CallDelivered", "CallFailed", "ClientAction", "RetryingClient", "SendAttempt"]
 
 _OUTCOMES = frozenset({COMPLETED, TIMED_OUT, REFUSED_429, REFUSED_503, ERROR})
-ATTEMPTS_EXHAUSTED = "attempts_exhausted"
-RETRY_AFTER_TOO_LONG = "retry_after_too_long"
+ATTEMPTS_EXHAUSTED: Final = "attempts_exhausted"
+RETRY_AFTER_TOO_LONG: Final = "retry_after_too_long"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +43,11 @@ class CallDelivered:
 
 @dataclass(frozen=True, slots=True)
 class CallFailed:
-    """The client gave the call up at `at_s`: "attempts_exhausted" or "retry_after_too_long"."""
+    """The client gave the call up at `at_s`, for `reason`."""
 
     call_index: int
     at_s: float
-    reason: str
+    reason: FailedReason
 
 
 ClientAction = SendAttempt | CallDelivered | CallFailed

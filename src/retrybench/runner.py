@@ -1,5 +1,9 @@
 """Run specs -> results, through the result cache (cache.py) so that an interrupted batch resumes.
 Calibration (C-hat) is cached the same way, per engine build: GPU, model and prompt mix.
+
+A live run (load generator -> proxy -> engine over real HTTP) is summarised as a simulated one is,
+plus where it ran, for the command line and the finding tests' live sessions alike. The live stack is
+an optional extra (aiohttp), imported only when a live run starts.
 """
 
 from __future__ import annotations
@@ -7,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from retrybench.analysis import section5, summarize
 from retrybench.analysis.calibrate import Calibration
@@ -21,6 +27,8 @@ from retrybench.atomicfile import write_atomic
 from retrybench.cache import cache_dir, cached_json, code_version
 from retrybench.config import WorkloadSpec, load_condition
 from retrybench.engine.profiles import profile_for
+from retrybench.engine_choice import EngineChoice
+from retrybench.results import FailedRun, LiveFields, PromptWork, Result, RunSummary, Series, SpecFields
 from retrybench.runlog import RunLog
 from retrybench.sim.calibrate import (
     CALIBRATION_SEEDS,
@@ -31,9 +39,12 @@ from retrybench.sim.calibrate import (
 )
 from retrybench.sim.run import simulate
 from retrybench.spec import RunSpec, engine_config_for
+from retrybench.tracefile import write_trace
 from retrybench.workload import generate_trace
 
-__all__ = ["calibration_for", "run_many", "run_one", "run_one_live", "series", "simulate_spec"]
+__all__ = ["Serve", "calibrate_one_live", "calibration_for", "live_run_key", "live_workdir", "run_many",
+           "run_many_live", "run_one", "run_one_live", "run_safely", "run_summary", "run_traced", "series",
+           "simulate_spec"]
 
 SERIES_STEP_S = 10  # one waiting-queue sample kept per this many seconds (Figure 1(b))
 
@@ -114,66 +125,63 @@ def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str
                     meta=meta, prefix_tokens=workload.shared_prefix_tokens, trace=trace)
 
 
-def series(log: RunLog) -> dict[str, Any]:
+def series(log: RunLog) -> Series:
     """Figure 1's time series: calls delivered per 60 s, and executions waiting in the proxy plus the
     engine every SERIES_STEP_S seconds (the 1-s sample at each multiple), both from the run's start."""
     waiting = waiting_total(log)[::SERIES_STEP_S]
-    return {"delivered_per_60s": [n for _, n in delivered_per_window(log, 60.0)],
-            "waiting_step_s": SERIES_STEP_S, "waiting": [int(w) for w in waiting]}
+    return Series(delivered_per_60s=[n for _, n in delivered_per_window(log, 60.0)],
+                  waiting_step_s=SERIES_STEP_S, waiting=[int(w) for w in waiting])
 
 
-def run_one(spec: RunSpec, use_cache: bool = True) -> dict[str, Any]:
+def run_summary(spec: RunSpec, chat: float, log: RunLog, started: float,
+                events: list[dict[str, Any]] | None = None, live: LiveFields | None = None) -> RunSummary:
+    """A run's summary (the paper's Section 3.2 metrics) from its log, simulated or live, in one shape;
+    with the engine trace's `events`, also where the prompt work went (Section 5); with `live`, where a
+    live run ran. `wall_s` counts from `started` (time.perf_counter) to the summary's end."""
+    given = cast(SpecFields, asdict(spec))  # as given; the top-level engine_cap is the resolved one
+    resolved: SpecFields = {**given, "engine_cap": log.meta["engine_cap"]}
+    traced = section5.trace_summary(events, log) if events is not None else PromptWork()
+    summary: RunSummary = {**resolved, "chat": round(chat, 4), **summarize(log), **section5.timing_and_counters(log),
+                           **traced, **(live or LiveFields()), "spec": given, "series": series(log),
+                           "wall_s": round(time.perf_counter() - started, 3), "code_version": code_version()}
+    return summary
+
+
+def run_one(spec: RunSpec, use_cache: bool = True) -> RunSummary:
     """The summary of one run (the paper's Section 3.2 metrics), from the cache when present."""
     path = cache_dir() / "runs" / f"{spec.key()}.json"
 
-    def compute() -> dict[str, Any]:
+    def compute() -> RunSummary:
         chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache, spec.token_scale)["chat"])
         started = time.perf_counter()
         events: list[dict[str, Any]] | None = [] if spec.trace else None
         log = simulate_spec(spec, chat, trace=events)
-        result: dict[str, Any] = {**asdict(spec), "chat": round(chat, 4), **summarize(log)}
-        result.update(section5.timing_and_counters(log))
-        if events is not None:
-            result.update(section5.trace_summary(events, log))
-        result["engine_cap"] = log.meta["engine_cap"]  # resolved: the condition's cap unless overridden
-        result["spec"] = asdict(spec)  # as given (engine_cap above is no longer the spec's)
-        result["series"] = series(log)
-        result["wall_s"] = round(time.perf_counter() - started, 3)
-        result["code_version"] = code_version()
-        return result
+        return run_summary(spec, chat, log, started, events)
 
     return cached_json(path, compute, use_cache)
 
 
-def run_one_live(spec: RunSpec, engine_url: str, use_cache: bool = True) -> dict[str, Any]:
-    """The summary of one run live, through the proxy and load generator, against the OpenAI-compatible
-    engine at `engine_url` (real time, 947+ s); cached like run_one, keyed also by the URL. The trace's
-    rates come from the simulated engine's C-hat of the same build."""
-    key = hashlib.sha256(f"{spec.key()} {engine_url}".encode()).hexdigest()[:24]
-    path = cache_dir() / "live-runs" / f"{key}.json"
-
-    def compute() -> dict[str, Any]:
-        from retrybench.live.run import run_live  # the live stack is an extra; only live runs need it
-
-        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache)["chat"])
-        started = time.perf_counter()
-        workdir = cache_dir() / "live" / key
-        live = run_live(spec, time_scale=1.0, workdir=workdir, chat=chat, engine_url=engine_url)
-        result: dict[str, Any] = {**asdict(spec), "chat": round(chat, 4), **summarize(live.log),
-                                  **section5.timing_and_counters(live.log)}
-        result.update(engine_cap=live.log.meta.get("engine_cap"), spec=asdict(spec), series=series(live.log),
-                      engine=engine_url, workdir=str(workdir), wall_s=round(time.perf_counter() - started, 3),
-                      code_version=code_version())
-        return result
-
-    return cached_json(path, compute, use_cache)
+def run_traced(spec: RunSpec, trace_path: Path) -> dict[str, Any]:
+    """One run computed afresh, its engine trace written to `trace_path` (JSONL) and its run log beside
+    it (.runlog.json): run_one's summary, with where the two files are."""
+    chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, token_scale=spec.token_scale)["chat"])
+    started = time.perf_counter()
+    events: list[dict[str, Any]] = []
+    log = simulate_spec(spec, chat, trace=events)
+    write_trace(trace_path, events, {"spec": log.meta})
+    runlog_path = trace_path.with_suffix(".runlog.json")
+    runlog_path.write_text(log.to_json())
+    return {**run_summary(spec, chat, log, started, events), "trace": str(trace_path),
+            "run_log": str(runlog_path)}
 
 
-def _run_safely(spec: RunSpec) -> dict[str, Any]:
+def run_safely(run: Callable[[RunSpec], RunSummary], spec: RunSpec) -> Result:
+    """`run(spec)`, or the spec with the error: a failed run is reported, never dropped."""
     try:
-        return run_one(spec)
-    except Exception as error:  # a failed run is reported, never dropped
-        return {**asdict(spec), "error": f"{type(error).__name__}: {error}"}
+        return run(spec)
+    except Exception as error:
+        failed: FailedRun = {**cast(SpecFields, asdict(spec)), "error": f"{type(error).__name__}: {error}"}
+        return failed
 
 
 def _expected_cost(spec: RunSpec) -> tuple[bool, int]:
@@ -183,24 +191,24 @@ def _expected_cost(spec: RunSpec) -> tuple[bool, int]:
 
 
 def run_many(specs: Iterable[RunSpec], jobs: int | None = None,
-             progress: Callable[[RunSpec, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+             progress: Callable[[RunSpec, Result], None] | None = None) -> list[Result]:
     """Results in the order of `specs`; runs in parallel processes, failures kept with their error."""
     ordered = list(specs)
     jobs = jobs or os.cpu_count() or 1
     builds = sorted({(s.model, s.gpu, s.mixed_prompts) for s in ordered})
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[int, Result] = {}
     if jobs == 1 or len(ordered) == 1:
         for build in builds:
             calibration_for(*build)  # once, before the runs would each compute it
         for i, spec in enumerate(ordered):
-            results[i] = _run_safely(spec)
+            results[i] = run_safely(run_one, spec)
             if progress:
                 progress(spec, results[i])
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             _calibrate_in_pool(pool, builds)
             order = sorted(range(len(ordered)), key=lambda i: _expected_cost(ordered[i]))
-            futures = {pool.submit(_run_safely, ordered[i]): i for i in order}
+            futures = {pool.submit(run_safely, run_one, ordered[i]): i for i in order}
             for future in as_completed(futures):
                 i = futures[future]
                 results[i] = future.result()
@@ -211,3 +219,84 @@ def run_many(specs: Iterable[RunSpec], jobs: int | None = None,
 
 def with_seed(spec: RunSpec, seed: int) -> RunSpec:
     return replace(spec, seed=seed)
+
+
+Serve = Callable[[RunSpec, float], str]
+"""Starts an engine for a spec at C-hat (calls/s) and returns its base URL: how the caller provides
+the engines it starts per run (a vLLM process or container)."""
+
+
+def live_run_key(spec: RunSpec, engine: EngineChoice, chat: float, time_scale: float) -> str:
+    """The cache key of a live run: the spec (and code), the engine as named, C-hat and the time scale."""
+    text = json.dumps({"spec": spec.key(), "engine": str(engine), "chat": chat, "time_scale": time_scale})
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def live_workdir(prefix: str) -> Path:
+    """A new directory for a live run's logs, under the cache."""
+    parent = cache_dir() / "live"
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
+def run_one_live(spec: RunSpec, engine: EngineChoice, *, chat: float | None = None, time_scale: float = 1.0,
+                 workdir: Path | None = None, use_cache: bool = True, serve: Serve | None = None) -> RunSummary:
+    """The summary of one run live (947 x time_scale wall seconds and more), from the cache when present:
+    run_one's keys, and `engine` and `workdir` (where its logs are; default under the cache, by key).
+
+    `chat` is C-hat in calls/s, which sets the trace's rates: by default the simulated calibration of the
+    spec's build at its token scale. engine-server is started by the run; vllm-process and vllm-container
+    by `serve`."""
+    if not engine.live:
+        raise ValueError("run_one_live needs a live engine; the simulator's runs are runner.run_one's")
+    if chat is None:
+        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache, spec.token_scale)["chat"])
+    key = live_run_key(spec, engine, chat, time_scale)
+    logs = workdir if workdir is not None else cache_dir() / "live" / key
+
+    def compute() -> RunSummary:
+        from retrybench.live.run import run_live
+
+        started = time.perf_counter()
+        live = run_live(spec, time_scale=time_scale, workdir=logs, chat=chat,
+                        engine_url=_engine_url(engine, spec, chat, serve))
+        return run_summary(spec, chat, live.log, started, live=LiveFields(engine=str(engine), workdir=str(logs)))
+
+    return cached_json(cache_dir() / "live-runs" / f"{key}.json", compute, use_cache)
+
+
+def _engine_url(engine: EngineChoice, spec: RunSpec, chat: float, serve: Serve | None) -> str | None:
+    """The running engine's URL, or None for an engine server the run starts itself."""
+    if engine.kind == "engine-server":
+        return None
+    if engine.url is not None:
+        return engine.url
+    if serve is None:
+        raise ValueError(f"the engine {engine} is started per run: pass serve")
+    return serve(spec, chat)
+
+
+def run_many_live(specs: Iterable[RunSpec], engine: EngineChoice,
+                  progress: Callable[[RunSpec, Result], None] | None = None) -> list[Result]:
+    """Results in the order of `specs`, one run after another (runs on one engine must not overlap),
+    in real time; failures kept with their error."""
+    results = []
+    for spec in specs:
+        result = run_safely(partial(run_one_live, engine=engine), spec)
+        if progress:
+            progress(spec, result)
+        results.append(result)
+    return results
+
+
+def calibrate_one_live(engine: EngineChoice, *, model: str, gpu: str, workdir: Path, time_scale: float,
+                       token_scale: float, stages: int) -> dict[str, Any]:
+    """The paper's calibration against the running engine `engine` (live.calibrate), summarised; raises
+    ValueError when no stage saturated."""
+    from retrybench.live.calibrate import calibrate_live, calibration_summary
+
+    if engine.url is None:
+        raise ValueError(f"a live calibration needs a running engine's URL, not {engine}")
+    result = calibrate_live(engine.url, model=model, gpu=gpu, workdir=workdir, time_scale=time_scale,
+                            token_scale=token_scale, stages=stages)
+    return calibration_summary(result, engine_url=engine.url, time_scale=time_scale, token_scale=token_scale)

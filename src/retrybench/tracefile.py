@@ -15,13 +15,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from retrybench.atomicfile import write_atomic
 
-__all__ = ["FORMAT", "read_trace", "write_trace"]
+__all__ = ["FORMAT", "ExecutionEvent", "read_trace", "write_trace"]
 
 FORMAT = "retrybench-engine-trace/1"
+
+# The events of one execution in the trace (a step is logged on its own, with its batch).
+ExecutionEvent = Literal["queued", "abort_requested", "first_token", "finished", "step_done", "preempted", "aborted"]
 
 
 def write_trace(path: Path, events: Iterable[dict[str, Any]], meta: dict[str, Any]) -> None:

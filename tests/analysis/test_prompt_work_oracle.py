@@ -1,12 +1,12 @@
-"""prompt_work against its original (prompt_work_reference.py) on random traces."""
+"""prompt_work against its original (fixtures/reference/prompt_work.py) on random traces."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
-import prompt_work_reference as reference
 import pytest
-from test_step_time_oracle import random_trace
+from fixtures.reference import prompt_work as reference
+from fixtures.reference.traces import random_trace
 
 from retrybench.analysis.prompt_work import prompt_work
 

@@ -16,8 +16,10 @@ from retrybench.runlog import (
     FATE_COMPLETED,
     REFUSED_429,
     TIMED_OUT,
+    AttemptOutcome,
     AttemptRecord,
     ExecutionRecord,
+    Fate,
     QueueSamples,
     RunLog,
 )
@@ -42,14 +44,14 @@ class Log:
         self.executions: list[ExecutionRecord] = []
 
     def attempt(self, call: int, no: int, sent_s: float, execution_id: int | None = None, *,
-                attached: bool = False, outcome: str = TIMED_OUT) -> Log:
+                attached: bool = False, outcome: AttemptOutcome = TIMED_OUT) -> Log:
         self.attempts.append(AttemptRecord(call_index=call, attempt_no=no, sent_s=sent_s, ended_s=sent_s + 120.0,
                                            outcome=outcome, execution_id=execution_id, attached=attached))
         return self
 
     def execution(self, call: int, no: int, created_s: float, *, scheduled_s: float | None = None,
                   aborted_s: float | None = None, first_token_s: float | None = None, prompt_tokens: int = 12000,
-                  fate: str = FATE_CANCELLED) -> int:
+                  fate: Fate = FATE_CANCELLED) -> int:
         """Add an execution; returns its id."""
         eid = len(self.executions)
         self.executions.append(ExecutionRecord(

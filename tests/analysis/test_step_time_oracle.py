@@ -1,14 +1,14 @@
-"""The faster step-time attribution against the original per-entry one (step_time_reference.py): the
+"""The faster step-time attribution against the original per-entry one (fixtures/reference/step_time.py): the
 shares must be the very same floats, on random traces and on a simulated engine's trace."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import asdict, replace
 from typing import Any
 
 import pytest
-import step_time_reference as reference
+from fixtures.reference import step_time as reference
+from fixtures.reference.traces import random_trace
 
 from retrybench.analysis import step_time
 from retrybench.config import WorkloadSpec, load_condition
@@ -17,27 +17,6 @@ from retrybench.sim.run import simulate
 from retrybench.workload import generate_trace
 
 WINDOWS = [(None, None), (2.0, None), (None, 5.0), (1.5, 4.0)]
-
-
-def random_trace(seed: int, *, duplicates: bool = False) -> list[dict[str, Any]]:
-    """Steps with prompt chunks, decodes, prefix hits and preemptions (string keys, as read from JSONL)."""
-    rng = random.Random(seed)
-    events: list[dict[str, Any]] = []
-    t = 0.0
-    for sid in range(rng.randint(1, 60)):
-        ids = rng.sample(range(12), rng.randint(0, 8))
-        prompt = {str(i): rng.choice([0, 1, 16, 500, 8192]) for i in ids[:2]}
-        decode = ids[2:] + ([ids[-1]] if duplicates and len(ids) > 2 and rng.random() < 0.3 else [])
-        duration = rng.choice([0.0, 1e-4, rng.random() * 0.05])
-        events.append({"t": t, "event": "step", "step": sid, "start_s": t, "end_s": t + duration,
-                       "prompt_tokens": prompt, "decode": decode,
-                       "cached_tokens": {str(i): rng.randint(0, 900) for i in ids[:1] if rng.random() < 0.3},
-                       "preempted": [str(i) for i in ids[2:3] if rng.random() < 0.1]})
-        if rng.random() < 0.05:
-            events.append({"t": t, "event": "preempted", "execution": rng.randrange(12)})
-        t += rng.random() * 0.3
-    events += [{"t": t, "event": "aborted", "execution": i} for i in range(12) if rng.random() < 0.4]
-    return events
 
 
 def same(fast: Any, slow: Any) -> bool:

@@ -414,7 +414,7 @@ def test_lifo_serves_the_newest_while_over_the_threshold_then_the_oldest() -> No
     for call in range(5):  # 0 dispatched; 1, 2, 3, 4 queued
         p.on_attempt(attempt(call), float(call))
     assert p.waiting == 4
-    order = []
+    order: list[tuple[int, int]] = []
     current = 0
     while p.waiting:
         waiting_before = p.waiting

@@ -196,7 +196,7 @@ def test_random_event_sequences(mode: str, ops: list[tuple[str, int]]) -> None:
         now += 1.0
         if op == "attempt":
             decision = proxy.on_attempt(attempt(next_call), now)
-            assert decision.execution_id == next_call
+            assert isinstance(decision, Create) and decision.execution_id == next_call
             next_call += 1
             continue
         if op == "timer":

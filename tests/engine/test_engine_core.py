@@ -285,7 +285,7 @@ def test_events_come_in_time_order_and_every_request_ends(
             assert stats.first_token_s is not None and stats.finished_s >= stats.first_token_s
         if request_aborted:
             assert stats.abort_requested_s is not None
-            assert stats.aborted_s >= stats.abort_requested_s
+            assert stats.aborted_s is not None and stats.aborted_s >= stats.abort_requested_s
             assert stats.in_flight_prompt_tokens <= stats.computed_prompt_tokens
             assert rid not in finished
     assert engine.idle and engine.live_requests() == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TypedDict
 
 import pytest
 from hypothesis import given, settings
@@ -118,8 +119,15 @@ def test_a_full_prefill_step_is_compute_bound_and_slower() -> None:
     assert prefill > compute
 
 
+class StepArgs(TypedDict, total=False):
+    tokens: int
+    attention_pairs: float
+    context_tokens: int
+
+
 def test_h200_steps_are_not_slower() -> None:
-    for kwargs in ({}, {"tokens": 8192, "attention_pairs": 8192 * 4096.0, "context_tokens": 8192}):
+    cases: tuple[StepArgs, ...] = ({}, {"tokens": 8192, "attention_pairs": 8192 * 4096.0, "context_tokens": 8192})
+    for kwargs in cases:
         assert step(profile_for(QWEN7, "h200"), **kwargs) <= step(profile_for(QWEN7, "h100"), **kwargs)
 
 

@@ -1,4 +1,4 @@
-"""The step-level scheduler model against vLLM V1's rules (notes/vllm-v1-semantics.md).
+"""The step-level scheduler model against vLLM V1's rules (docs/vllm-v1-semantics.md).
 
 Random workloads drive `schedule()` / `update_from_output()` directly, sometimes with one batch of
 lag (asynchronous scheduling) and random aborts; every batch and every pool state is checked.

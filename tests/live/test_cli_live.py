@@ -22,7 +22,9 @@ def test_make_trace_writes_a_trace_loadgen_can_read(tmp_path: Path) -> None:
 def test_run_rejects_a_bad_engine_and_a_time_scale_for_an_external_engine() -> None:
     base = ["run", "--condition", "coalescing", "--model", "qwen2.5-7b-instruct"]
     bad = CliRunner().invoke(main, [*base, "--engine", "vllm"])
-    assert bad.exit_code == 2 and "--engine must be sim, engine-server or an http:// URL" in bad.output
+    assert bad.exit_code == 2 and "'vllm' is not one of sim, engine-server or an http:// URL" in bad.output
+    tls = CliRunner().invoke(main, [*base, "--engine", "https://127.0.0.1:9"])
+    assert tls.exit_code == 2 and "https is not supported" in tls.output
     scaled = CliRunner().invoke(main, [*base, "--engine", "http://127.0.0.1:9", "--time-scale", "0.1"])
     assert scaled.exit_code == 2 and "real time" in scaled.output
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
 import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,7 +22,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fixtures.waiting import GENEROUS_S, until
+from fixtures.openai_client import fetch_engine_state, sse_events
+from fixtures.waiting import GENEROUS_S, until, within
 from prometheus_client.parser import text_string_to_metric_families
 
 from retrybench.live.engine_server import EngineServer, EngineServerSettings
@@ -47,11 +47,8 @@ def serve(body: Body, **settings: Any) -> EngineServer:
         port = await server.start()
         try:
             async with aiohttp.ClientSession() as session:
-                try:
-                    await asyncio.wait_for(body(server, session, f"http://127.0.0.1:{port}"), timeout=2 * GENEROUS_S)
-                except TimeoutError:
-                    raise AssertionError(f"the test did not finish in {2 * GENEROUS_S:.0f} s; live requests: "
-                                         f"{sorted(server.core.stats)[-5:]}") from None
+                await within(body(server, session, f"http://127.0.0.1:{port}"), "the test to finish",
+                             seen=lambda: f"the newest requests {sorted(server.core.stats)[-5:]}")
         finally:
             await server.stop()
 
@@ -59,38 +56,20 @@ def serve(body: Body, **settings: Any) -> EngineServer:
     return server
 
 
-def sse_events(raw: bytes) -> list[Any]:
-    """The `data:` payloads of an SSE body, JSON-decoded except the final [DONE]."""
-    events: list[Any] = []
-    for block in raw.decode().split("\n\n"):
-        if block.strip():
-            assert block.startswith("data: "), block
-            payload = block[len("data: "):]
-            events.append(payload if payload == "[DONE]" else json.loads(payload))
-    return events
-
-
 def tokens_of(chunk: dict[str, Any]) -> int:
     return len(chunk["choices"][0]["text"].split())
 
 
-
-
-async def engine_state(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
-    async with session.get(f"{url}/retrybench/engine") as response:
-        state: dict[str, Any] = await response.json()
-        return state
-
-
 async def settled(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
-    """Poll until the engine holds nothing (aborts are applied at the next batch's end)."""
-    deadline = time.monotonic() + GENEROUS_S
-    while True:
-        state = await engine_state(session, url)
-        if state["live"] == 0 and state["waiting"] == 0 and state["running"] == 0:
-            return state
-        assert time.monotonic() < deadline, f"the engine still holds requests after {GENEROUS_S:.0f} s: {state}"
-        await asyncio.sleep(0.005)
+    """The engine's state once it holds nothing (aborts are applied at the next batch's end)."""
+    state: dict[str, Any] = {}
+
+    async def empty() -> bool:
+        state.update(await fetch_engine_state(session, url))
+        return bool(state["live"] == 0 and state["waiting"] == 0 and state["running"] == 0)
+
+    await until(empty, "the engine to hold no request", seen=lambda: state)
+    return state
 
 
 def latest_rid(server: EngineServer) -> int:
@@ -111,7 +90,7 @@ def test_streaming_completion_chunks_tokens_and_done(interval: int, max_tokens: 
             assert response.status == 200
             assert response.headers["Content-Type"].startswith("text/event-stream")
             result["events"] = sse_events(await response.read())
-        result["state"] = await engine_state(session, url)
+        result["state"] = await fetch_engine_state(session, url)
 
     serve(body, stream_interval=interval)
     events = result["events"]
@@ -146,11 +125,11 @@ def test_non_streaming_completion_answers_once_with_usage() -> None:
             result["health"] = response.status
 
     serve(body)
-    body = result["body"]
-    assert body["object"] == "text_completion" and body["model"] == "Qwen/Qwen2.5-7B-Instruct"
-    assert body["choices"][0]["finish_reason"] == "length"
-    assert len(body["choices"][0]["text"].split()) == 12
-    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 12, "total_tokens": 16}
+    answer = result["body"]
+    assert answer["object"] == "text_completion" and answer["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert answer["choices"][0]["finish_reason"] == "length"
+    assert len(answer["choices"][0]["text"].split()) == 12
+    assert answer["usage"] == {"prompt_tokens": 4, "completion_tokens": 12, "total_tokens": 16}
     assert [m["id"] for m in result["models"]["data"]] == ["Qwen/Qwen2.5-7B-Instruct"]
     assert result["health"] == 200
 
@@ -255,7 +234,7 @@ def test_disconnect_mid_stream_aborts_and_frees_the_engine(tmp_path: Path) -> No
                 seen += 1
                 if seen == 3:
                     break
-        assert (await engine_state(session, url))["running"] == 1
+        assert (await fetch_engine_state(session, url))["running"] == 1
         response.close()
         result["state"] = await settled(session, url)
         result["rid"] = latest_rid(server)

@@ -23,7 +23,8 @@ def test_any_split_finds_the_end_and_the_payload(payloads: list[bytes], cuts: li
     data = body + after  # bytes after the body's end belong to the next response
     points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
     for collect in (True, False):  # with the payload, and the framing-only fast path
-        scanner, payload, used = ChunkedScanner(), [], 0
+        scanner, used = ChunkedScanner(), 0
+        payload: list[bytes] = []
         for start, end in itertools.pairwise(points):
             if scanner.done:
                 break
@@ -34,7 +35,7 @@ def test_any_split_finds_the_end_and_the_payload(payloads: list[bytes], cuts: li
 
 
 def test_chunk_extensions_and_trailers_are_skipped() -> None:
-    scanner, payload = ChunkedScanner(), []
+    scanner, payload = ChunkedScanner(), list[bytes]()
     data = b"5;name=value\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n"
     assert scanner.feed(data, payload) == len(data) and scanner.done and payload == [b"hello"]
 

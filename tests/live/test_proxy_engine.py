@@ -14,27 +14,21 @@ clock, from its decision log.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from fixtures.proxy_watch import ProxyWatch
-from fixtures.waiting import GENEROUS_S, until
-from prometheus_client.parser import text_string_to_metric_families
+from fixtures.openai_client import completion, fetch_engine_state, sse_events
+from fixtures.proxy_scenarios import attempt, deferred_cancellation, retried_calls
+from fixtures.stack import ProxyStack, policy, run_stack
+from fixtures.waiting import until
 
 from retrybench.analysis.conformance import replay
-from retrybench.config import ProxyPolicy, load_condition
+from retrybench.config import ProxyPolicy
 from retrybench.engine.core import ExecutionStats
-from retrybench.live.aio import run_event_loop
 from retrybench.live.engine_server import EngineServer, EngineServerSettings
-from retrybench.live.proxy_server import ProxyServer, ProxySettings
 from retrybench.tracefile import read_trace
 
 pytestmark = pytest.mark.live
@@ -42,6 +36,8 @@ pytestmark = pytest.mark.live
 MODEL = "qwen2.5-7b-instruct"
 PREFIX = list(range(2000))  # the shared prefix of every short prompt
 LONG = 30_000  # tokens: four full prefill steps, time to act before the first token
+
+Stack = ProxyStack[EngineServer]
 
 
 def prompt(i: int) -> list[int]:
@@ -53,95 +49,21 @@ def long_prompt(i: int) -> list[int]:
     return [100_000 + LONG * i + j for j in range(LONG)]
 
 
-def completion(tokens: list[int], max_tokens: int, stream: bool = True) -> dict[str, Any]:
-    return {"model": MODEL, "prompt": tokens, "max_tokens": max_tokens, "stream": stream, "ignore_eos": True}
+async def engine_state(s: Stack) -> dict[str, Any]:
+    return await fetch_engine_state(s.session, s.upstream_url)
 
 
-def policy(name: str, **overrides: Any) -> ProxyPolicy:
-    return replace(load_condition(name).proxy, **overrides)
+async def newest(s: Stack, seen: int) -> ExecutionStats:
+    """The engine's stats of the request that arrives after `seen` requests."""
+    stats = s.upstream.core.stats
+    await until(lambda: len(stats) > seen, "the request to reach the engine", seen=lambda: len(stats))
+    return stats[max(stats)]
 
 
-@dataclass
-class Stack(ProxyWatch):
-    engine: EngineServer
-    proxy: ProxyServer
-    url: str  # the proxy's
-    engine_url: str
-    session: aiohttp.ClientSession
-
-    def post(self, payload: dict[str, Any], key: str | None = None) -> Any:
-        """An attempt through the proxy."""
-        headers = {"Authorization": "Bearer tenant-a"} | ({} if key is None else {"Idempotency-Key": key})
-        return self.session.post(self.url + "/v1/completions", json=payload, headers=headers)
-
-    def direct(self, payload: dict[str, Any]) -> Any:
-        """A request straight to the engine (load that the proxy does not see)."""
-        return self.session.post(self.engine_url + "/v1/completions", json=payload)
-
-    async def engine_state(self) -> dict[str, Any]:
-        async with self.session.get(self.engine_url + "/retrybench/engine") as response:
-            state: dict[str, Any] = await response.json()
-            return state
-
-    async def metric(self, name: str, **labels: str) -> float:
-        async with self.session.get(self.url + "/metrics") as response:
-            text = await response.text()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    return float(sample.value)
-        raise AssertionError(f"no sample {name} {labels} in the proxy's /metrics")
-
-    async def newest(self, seen: int) -> ExecutionStats:
-        """The engine's stats of the request that arrives after `seen` requests."""
-        stats = self.engine.core.stats
-        await until(lambda: len(stats) > seen, "the request to reach the engine", seen=lambda: len(stats))
-        return stats[max(stats)]
-
-
-
-
-
-
-@asynccontextmanager
-async def stack(chosen: ProxyPolicy, engine: dict[str, Any], proxy: dict[str, Any]) -> AsyncIterator[Stack]:
-    engine_server = EngineServer(EngineServerSettings(model=MODEL, **engine))
-    engine_url = f"http://127.0.0.1:{await engine_server.start()}"
-    proxy_server = ProxyServer(ProxySettings(upstream=engine_url, policy=chosen, keep_log=True, **proxy))
-    url = f"http://127.0.0.1:{await proxy_server.start('127.0.0.1', 0)}"
-    session = aiohttp.ClientSession()
-    try:
-        yield Stack(engine_server, proxy_server, url, engine_url, session)
-    finally:
-        await session.close()
-        await proxy_server.stop()
-        await engine_server.stop()
-
-
-def run(chosen: ProxyPolicy, test: Callable[[Stack], Awaitable[None]], timeout_s: float = 2 * GENEROUS_S,
-        proxy: dict[str, Any] | None = None, **engine: Any) -> None:
+def run(chosen: ProxyPolicy, test: Callable[[Stack], Awaitable[None]], **engine: Any) -> None:
+    """`test` on the proxy in front of an engine server (time scale 0.05 unless given)."""
     engine.setdefault("time_scale", 0.05)
-
-    async def main() -> None:
-        async with stack(chosen, engine, proxy or {}) as s:
-            try:
-                await asyncio.wait_for(test(s), timeout_s)
-            except TimeoutError:
-                raise AssertionError(f"the test did not finish in {timeout_s:.0f} s; the engine: "
-                                     f"{await s.engine_state()}") from None
-
-    run_event_loop(main)
-
-
-def sse_events(raw: bytes) -> list[Any]:
-    """The `data:` payloads of an SSE body, JSON-decoded except the final [DONE]."""
-    events: list[Any] = []
-    for block in raw.decode().split("\n\n"):
-        if block.strip():
-            assert block.startswith("data: "), block
-            payload = block[len("data: "):]
-            events.append(payload if payload == "[DONE]" else json.loads(payload))
-    return events
+    run_stack(chosen, test, EngineServer(EngineServerSettings(model=MODEL, **engine)), seen=engine_state)
 
 
 def texts(raw: bytes) -> list[str]:
@@ -173,16 +95,16 @@ def test_a_client_leaving_aborts_the_engine_request_only_with_cancellation(momen
         if moment == "waiting":  # two long prefills ahead of it keep the next request waiting
             for i in range(2):
                 holders.append(await s.direct(completion(long_prompt(i), 2000)).__aenter__())
-            await s.newest(1)
-        seen = len(s.engine.core.stats)
+            await newest(s, 1)
+        seen = len(s.upstream.core.stats)
         tokens = 2000 if cancel else 20 if moment == "prefill" else 300  # with cancellation: it would run 11 s
         payload = completion(long_prompt(9) if moment == "prefill" else prompt(0), tokens)
         response = await s.post(payload, key="call-1").__aenter__()
         assert response.status == 200
-        mine = await s.newest(seen)
+        mine = await newest(s, seen)
         result["rid"] = mine.rid
         if moment == "waiting":
-            assert mine.first_scheduled_s is None and (await s.engine_state())["waiting"] >= 1
+            assert mine.first_scheduled_s is None and (await engine_state(s))["waiting"] >= 1
         elif moment == "prefill":
             await until(lambda: mine.first_scheduled_s is not None, "its prefill to start")
             assert mine.first_token_s is None
@@ -190,13 +112,17 @@ def test_a_client_leaving_aborts_the_engine_request_only_with_cancellation(momen
             for _ in range(3):
                 await response.content.readuntil(b"\n\n")
             assert mine.finished_s is None
-        before = await s.engine_state()
+        before = await engine_state(s)
         left = time.monotonic()
         response.close()
         if cancel:
-            while (state := await s.engine_state())["live"] >= before["live"]:  # by the abort, or by finishing
-                assert time.monotonic() - left < GENEROUS_S, f"the engine still holds it {GENEROUS_S:.0f} s on: {state}"
-                await asyncio.sleep(0.002)
+            state: dict[str, Any] = {}
+
+            async def gone() -> bool:  # by the abort, or by finishing
+                state.update(await engine_state(s))
+                return bool(state["live"] < before["live"])
+
+            await until(gone, "the request to leave the engine", seen=lambda: state)
             assert state["aborted"] == before["aborted"] + 1 and state["pending"] == before["pending"] - 1, (
                 f"{time.monotonic() - left:.3f} s after the client left, the request left the engine without an "
                 f"abort: before {before}, after {state}")
@@ -209,7 +135,7 @@ def test_a_client_leaving_aborts_the_engine_request_only_with_cancellation(momen
             holder.close()
         if not cancel:
             await until(lambda: mine.finished_s is not None, "the orphan to finish",
-                        seen=lambda: f"{s.engine.core.output_tokens(mine.rid)} of {tokens} tokens")
+                        seen=lambda: f"{s.upstream.core.output_tokens(mine.rid)} of {tokens} tokens")
             assert mine.abort_requested_s is None
             await s.settle()
             assert await s.metric("retrybench_proxy_executions_total", fate="orphaned") == 1
@@ -233,7 +159,7 @@ def test_a_retry_with_the_same_key_attaches_and_gets_the_whole_output() -> None:
     async def test(s: Stack) -> None:
         async with s.post(payload, key="unbroken") as response:
             unbroken = texts(await response.read())
-        seen = len(s.engine.core.stats)
+        seen = len(s.upstream.core.stats)
         first = await s.post(payload, key="call-1").__aenter__()
         assert first.headers["X-Retrybench-Attached"] == "0"
         await first.content.readuntil(b"\n\n")
@@ -245,7 +171,7 @@ def test_a_retry_with_the_same_key_attaches_and_gets_the_whole_output() -> None:
             attached = texts(await retry.read())
         assert "".join(attached) == "".join(unbroken) == " tok" * 300
         assert len(attached) == len(unbroken)  # replayed from the first chunk, then live
-        assert len(s.engine.core.stats) == seen + 1  # both attempts were served by one engine request
+        assert len(s.upstream.core.stats) == seen + 1  # both attempts were served by one engine request
         await s.settle()
         assert await s.metric("retrybench_proxy_executions_total", fate="attached") == 1
 
@@ -258,29 +184,14 @@ def test_deferred_cancellation_aborts_after_w_only_when_nobody_reattached() -> N
     w = 1.0
 
     async def test(s: Stack) -> None:
-        payload = completion(prompt(2), 30_000)  # 33 s at time scale 0.2: longer than the test
-        first = await s.post(payload, key="call-1").__aenter__()
-        execution = int(first.headers["X-Retrybench-Execution"])
-        mine = await s.newest(0)
-        await first.content.readuntil(b"\n\n")
-        first.close()
-        left = await s.logged("left", call=0, attempt=0)
-        retry = await s.post(payload, key="call-1").__aenter__()
-        assert retry.headers["X-Retrybench-Attached"] == "1", (
-            f"the retry did not attach; it came {s.proxy.now() - left['t']:.3f} s after the first attempt left, "
-            f"W = {w} s")
-        due = await s.logged("timer", execution=execution)  # the first attempt's, while the retry is attached
-        assert due["actions"] == [] and mine.abort_requested_s is None, due
-        assert due["t"] >= left["t"] + w, (left, due)
-        retry.close()
-        left_again = await s.logged("left", call=0, attempt=1)
+        stats = s.upstream.core.stats
+        # 33 s at time scale 0.2: longer than the test
+        await deferred_cancellation(s, completion(prompt(2), 30_000), w,
+                                    untouched=lambda: all(r.abort_requested_s is None for r in stats.values()))
+        mine = await newest(s, 0)
         await until(lambda: mine.abort_requested_s is not None, "the deferred cancellation to reach the engine",
                     seen=lambda: s.proxy.log.events[-3:])
-        cancel = s.events("timer", execution=execution)[1]
-        assert cancel["actions"] == [["cancel", execution]], cancel
-        after = cancel["t"] - left_again["t"]
-        assert after >= w, f"cancelled {after:.3f} s after the retry left (proxy clock): sooner than W = {w} s"
-        assert len(s.engine.core.stats) == 1 and mine.finished_s is None
+        assert len(s.upstream.core.stats) == 1 and mine.finished_s is None
         await s.settle()
 
     run(policy("deferred-cancellation", defer_s=w), test, time_scale=0.2)
@@ -299,8 +210,8 @@ def test_a_retry_beyond_the_budget_gets_429_and_never_reaches_the_engine() -> No
             assert retry.status == 429
             assert int(retry.headers["Retry-After"]) >= 1
             assert (await retry.json())["error"]["type"] == "RateLimitError"
-        assert len(s.engine.core.stats) == 1
-        assert (await s.engine_state())["successes"] == 1
+        assert len(s.upstream.core.stats) == 1
+        assert (await engine_state(s))["successes"] == 1
         assert await s.metric("retrybench_proxy_decisions_total", decision="refused_429") == 1
 
     run(policy("retry-budget-cancel-on"), test)
@@ -309,7 +220,7 @@ def test_a_retry_beyond_the_budget_gets_429_and_never_reaches_the_engine() -> No
 def test_the_engines_queue_cap_503_passes_through_in_both_forms() -> None:
     async def test(s: Stack) -> None:
         holder = await s.direct(completion(prompt(4), 30_000)).__aenter__()  # 8 s at time scale 0.05
-        await s.newest(0)
+        await newest(s, 0)
         async with s.post(completion(prompt(5), 5, stream=False)) as plain:
             assert plain.status == 503
             error = (await plain.json())["error"]
@@ -320,7 +231,7 @@ def test_the_engines_queue_cap_503_passes_through_in_both_forms() -> None:
         assert events[0]["error"]["code"] == 503 and events[1:] == ["[DONE]"]
         holder.close()
         await s.settle()
-        assert s.engine.refused == 2
+        assert s.upstream.refused == 2
         assert await s.metric("retrybench_proxy_executions_total", fate="refused") == 2
         assert await s.metric("retrybench_proxy_executions_total", fate="completed") == 0
 
@@ -337,30 +248,17 @@ def test_the_decision_log_of_a_mixed_workload_replays_with_the_same_decisions() 
     chosen = policy("deferred-cancellation", defer_s=w)
 
     async def test(s: Stack) -> None:
-        async def attempt(i: int, leave_after_chunks: int | None, n: int) -> None:
-            async with s.post(completion(prompt(10 + i), n), key=f"call-{i}") as response:
-                if leave_after_chunks is None:
-                    assert len(texts(await response.read())) > 1
-                    return
-                for _ in range(leave_after_chunks):
-                    await response.content.readuntil(b"\n\n")
-                response.close()
-
-        async def call(i: int) -> None:
-            if i % 2 == 0:
-                await attempt(i, None, 20)
-                return
-            await attempt(i, 2, 1000)  # leaves early; its execution streams on for over a second
-            await attempt(i, None, 1000)  # the retry, at once: it attaches within W
-
-        await asyncio.gather(*(call(i) for i in range(12)))
-        await attempt(99, 1, 3000)  # left alone (over 3 s of stream): cancelled W after it left
-        await until(lambda: s.engine.aborts == 1, "call 99's deferred cancellation to reach the engine",
+        # Six of twelve calls leave early (their executions stream on for over a second) and retry at once.
+        bodies = await retried_calls(s, 12, lambda i, n: completion(prompt(10 + i), n), short=20, long=1000)
+        assert all(len(texts(body)) > 1 for body in bodies)
+        # One call left alone (over 3 s of stream): cancelled W after it left.
+        await attempt(s, completion(prompt(109), 3000), "call-99", leave_after_events=1)
+        await until(lambda: s.upstream.aborts == 1, "call 99's deferred cancellation to reach the engine",
                     seen=lambda: s.proxy.log.events[-3:])
         await s.settle()
         checked, mismatches = replay(chosen, s.proxy.log.events)
         assert mismatches == []
         assert (checked.get("create"), checked.get("attach"), checked.get("cancel")) == (13, 6, 1), checked
-        assert len(s.engine.core.stats) == 13 and s.engine.aborts == 1
+        assert len(s.upstream.core.stats) == 13 and s.upstream.aborts == 1
 
     run(chosen, test, time_scale=0.2)

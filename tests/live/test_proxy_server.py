@@ -1,7 +1,7 @@
 """The live proxy against a minimal streaming upstream: relay, cancellation, coalescing, refusals, bad input.
 
-Each test runs one asyncio loop (`asyncio.run`) holding the stub upstream, the proxy and an aiohttp
-client, so what crosses the sockets is real HTTP on loopback.
+Each test runs one event loop holding the stub upstream, the proxy and an aiohttp client
+(fixtures/stack.py), so what crosses the sockets is real HTTP on loopback.
 
 Nothing here depends on this machine's speed: a test waits for the state it needs (with a timeout
 generous enough for a loaded machine, whose message says what was seen), streams outlast the test
@@ -11,91 +11,38 @@ by seconds, and a policy's timers are checked on the proxy's own clock, from its
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import pytest
-from fixtures.proxy_watch import ProxyWatch
+from fixtures.proxy_scenarios import attempt, deferred_cancellation, retried_calls
+from fixtures.stack import External, ProxyStack, policy, run_stack
 from fixtures.waiting import until
-from prometheus_client.parser import text_string_to_metric_families
 
 from retrybench.analysis.conformance import replay
-from retrybench.config import ProxyPolicy, load_condition
-from retrybench.live.aio import run_event_loop
-from retrybench.live.proxy_server import ProxyServer, ProxySettings
+from retrybench.config import ProxyPolicy
 from retrybench.live.stub_upstream import StubUpstream
 
 pytestmark = pytest.mark.live
 
-
-class Stack(ProxyWatch):
-    def __init__(self, stub: StubUpstream, proxy: ProxyServer, url: str, session: aiohttp.ClientSession) -> None:
-        self.stub, self.proxy, self.url, self.session = stub, proxy, url, session
-
-    def post(self, body: dict[str, Any] | bytes, key: str | None = None, path: str = "/v1/completions",
-             **headers: str) -> Any:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        hdrs = {"Content-Type": "application/json", "Authorization": "Bearer tenant-a", **headers}
-        if key is not None:
-            hdrs["Idempotency-Key"] = key
-        return self.session.post(self.url + path, data=data, headers=hdrs)
-
-    async def metric(self, name: str, **labels: str) -> float:
-        async with self.session.get(self.url + "/metrics") as response:
-            text = await response.text()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    return float(sample.value)
-        raise AssertionError(f"no sample {name} {labels} in /metrics")
+Stack = ProxyStack[StubUpstream]
 
 
-
-
-
-
-@asynccontextmanager
-async def stack(policy: ProxyPolicy, upstream: str | None = None, **settings: Any) -> AsyncIterator[Stack]:
-    stub = StubUpstream()
-    port = await stub.start()
-    proxy = ProxyServer(ProxySettings(upstream=upstream or f"http://127.0.0.1:{port}", policy=policy, keep_log=True,
-                                      **settings))
-    proxy_port = await proxy.start("127.0.0.1", 0)
-    session = aiohttp.ClientSession()
-    try:
-        yield Stack(stub, proxy, f"http://127.0.0.1:{proxy_port}", session)
-    finally:
-        await session.close()
-        await proxy.stop()
-        await stub.stop()
-
-
-def run(policy: ProxyPolicy, test: Callable[[Stack], Awaitable[None]], **settings: Any) -> None:
-    async def main() -> None:
-        async with stack(policy, **settings) as s:
-            await test(s)
-
-    run_event_loop(main)  # uvloop where installed, as `retrybench proxy` runs
+def run(chosen: ProxyPolicy, test: Callable[[Stack], Awaitable[None]], **settings: Any) -> None:
+    run_stack(chosen, test, StubUpstream(), **settings)
 
 
 def body(n: int = 5, stream: bool = True, **stub: Any) -> dict[str, Any]:
     return {"model": "m", "prompt": [101, 102, 103, 104], "max_tokens": n, "stream": stream, "stub": stub}
 
 
-def policy(name: str, **overrides: Any) -> ProxyPolicy:
-    return replace(load_condition(name).proxy, **overrides)
-
-
 async def direct_bytes(s: Stack, payload: dict[str, Any]) -> bytes:
     """What the upstream sends for `payload` without the proxy."""
-    async with s.session.post(s.proxy.upstream + "/v1/completions", json=payload) as response:
-        return await response.read()
+    async with s.direct(payload) as response:
+        raw: bytes = await response.read()
+    return raw
 
 
 def closed_port() -> int:
@@ -149,12 +96,12 @@ def test_a_client_leaving_closes_the_upstream_stream_when_cancellation_is_on(mom
         if moment == "mid_stream":
             await response.content.readuntil(b"\n\n")
         else:
-            await until(lambda: s.stub.open_streams == 1, "the upstream stream to open")
+            await until(lambda: s.upstream.open_streams == 1, "the upstream stream to open")
         response.close()  # the client leaves: its connection closes
-        took = await until(lambda: s.stub.disconnects or s.stub.completed, "the upstream stream to end")
-        assert (s.stub.disconnects, s.stub.completed) == (1, 0), (
-            f"the upstream stream ended {took:.3f} s after the client left with {s.stub.disconnects} disconnects "
-            f"and {s.stub.completed} completed: the client's leaving did not reach it")
+        took = await until(lambda: s.upstream.disconnects or s.upstream.completed, "the upstream stream to end")
+        assert (s.upstream.disconnects, s.upstream.completed) == (1, 0), (
+            f"the upstream stream ended {took:.3f} s after the client left with {s.upstream.disconnects} disconnects "
+            f"and {s.upstream.completed} completed: the client's leaving did not reach it")
         await s.settle()
         assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 1
 
@@ -166,9 +113,9 @@ def test_with_cancellation_off_a_left_execution_runs_on_as_an_orphan() -> None:
         response = await s.post(body(10, interval_ms=10), key="c1").__aenter__()
         await response.content.readuntil(b"\n\n")
         response.close()
-        await until(lambda: s.stub.completed == 1, "the orphan to finish")
+        await until(lambda: s.upstream.completed == 1, "the orphan to finish")
         await s.settle()
-        assert s.stub.disconnects == 0
+        assert s.upstream.disconnects == 0
         assert await s.metric("retrybench_proxy_executions_total", fate="orphaned") == 1
 
     run(policy("retries-on-cancel-off"), test)
@@ -186,7 +133,7 @@ def test_a_queued_execution_whose_client_left_is_dropped_before_the_engine() -> 
         await until(lambda: s.proxy.core.waiting == 0, "the drop")
         holder.close()
         await s.settle()
-        assert s.stub.requests == 1  # the dropped execution never reached the upstream
+        assert s.upstream.requests == 1  # the dropped execution never reached the upstream
         assert await s.metric("retrybench_proxy_executions_total", fate="dropped") == 1
 
     run(policy("proxy-cap", max_outstanding=1), test)
@@ -210,7 +157,7 @@ def test_a_retry_attaches_to_its_calls_live_execution_and_gets_the_whole_output(
             got = await retry.read()
         expected = await expected_bytes
         assert got == expected  # replayed from the start, then live
-        assert s.stub.requests == 2  # the direct request and the one execution
+        assert s.upstream.requests == 2  # the direct request and the one execution
         async with s.post({**payload, "max_tokens": 3}, key="call-1") as changed:
             assert changed.headers["X-Retrybench-Attached"] == "0"  # a different body never attaches
             await changed.read()
@@ -227,31 +174,12 @@ def test_deferred_cancellation_cancels_after_w_only_when_nobody_reattached() -> 
     w = 1.0
 
     async def test(s: Stack) -> None:
-        payload = body(3000, interval_ms=10)  # 30 s: longer than the test
-        first = await s.post(payload, key="call-1").__aenter__()
-        execution = int(first.headers["X-Retrybench-Execution"])
-        await first.content.readuntil(b"\n\n")
-        first.close()
-        left = await s.logged("left", call=0, attempt=0)
-        retry = await s.post(payload, key="call-1").__aenter__()
-        assert retry.headers["X-Retrybench-Attached"] == "1", (
-            f"the retry did not attach; it came {s.proxy.now() - left['t']:.3f} s after the first attempt left, "
-            f"W = {w} s")
-        due = await s.logged("timer", execution=execution)  # the first attempt's, while the retry is attached
-        assert due["actions"] == [] and s.stub.disconnects == 0, (due, s.stub.disconnects)
-        assert due["t"] >= left["t"] + w, (left, due)
-        retry.close()
-        left_again = await s.logged("left", call=0, attempt=1)
-        await until(lambda: len(s.events("timer", execution=execution)) == 2, "the retry's timer to fall due",
-                    seen=lambda: s.proxy.log.events[-3:])
-        cancel = s.events("timer", execution=execution)[1]
-        assert cancel["actions"] == [["cancel", execution]], cancel
-        after = cancel["t"] - left_again["t"]
-        assert after >= w, f"cancelled {after:.3f} s after the retry left (proxy clock): sooner than W = {w} s"
-        took = await until(lambda: s.stub.disconnects or s.stub.completed, "the upstream stream to end")
-        assert (s.stub.disconnects, s.stub.completed) == (1, 0), (
-            f"{took:.3f} s after the cancellation the upstream had {s.stub.disconnects} disconnects and "
-            f"{s.stub.completed} completed streams")
+        # 30 s of stream: longer than the test
+        await deferred_cancellation(s, body(3000, interval_ms=10), w, untouched=lambda: s.upstream.disconnects == 0)
+        took = await until(lambda: s.upstream.disconnects or s.upstream.completed, "the upstream stream to end")
+        assert (s.upstream.disconnects, s.upstream.completed) == (1, 0), (
+            f"{took:.3f} s after the cancellation the upstream had {s.upstream.disconnects} disconnects and "
+            f"{s.upstream.completed} completed streams")
         await s.settle()
 
     run(policy("deferred-cancellation", defer_s=w), test)
@@ -268,10 +196,10 @@ def test_a_time_scale_stretches_the_policys_timers() -> None:
         began = time.monotonic()
         first.close()
         left = await s.logged("left", call=0, attempt=0)
-        await until(lambda: s.stub.disconnects or s.stub.completed, "the deferred cancellation (unscaled, it "
+        await until(lambda: s.upstream.disconnects or s.upstream.completed, "the deferred cancellation (unscaled, it "
                     f"would take {w:.0f} s)", timeout_s=w, seen=lambda: s.proxy.log.events[-3:])
         took = time.monotonic() - began
-        assert (s.stub.disconnects, s.stub.completed) == (1, 0), (s.stub.disconnects, s.stub.completed)
+        assert (s.upstream.disconnects, s.upstream.completed) == (1, 0), (s.upstream.disconnects, s.upstream.completed)
         assert took >= w * scale, f"cancelled {took:.3f} s after the client left: sooner than W = {w * scale} s"
         cancel = await s.logged("timer")
         assert cancel["t"] >= left["t"] + w, (left, cancel)  # in policy seconds, on the proxy's clock
@@ -292,7 +220,7 @@ def test_the_retry_budget_refuses_with_retry_after() -> None:
             assert float(retry.headers["Retry-After-Ms"]) > 0
             error = (await retry.json())["error"]
         assert error["code"] == 429 and error["type"] == "RateLimitError"
-        assert s.stub.requests == 1
+        assert s.upstream.requests == 1
         assert await s.metric("retrybench_proxy_decisions_total", decision="refused_429") == 1
         assert await s.metric("retrybench_proxy_retries_total") == 1
 
@@ -332,7 +260,7 @@ def test_bad_input_gets_an_openai_style_error_and_changes_nothing() -> None:
                 assert response.status == status
                 error = (await response.json())["error"]
                 assert error["code"] == status and error["type"] == kind and error["message"]
-        assert s.stub.requests == 0
+        assert s.upstream.requests == 0
         assert await s.metric("retrybench_proxy_attempts_total") == 0
         async with s.post(body(2)) as ok:  # still serving
             assert ok.status == 200 and (await ok.read()).endswith(b"[DONE]\n\n")
@@ -342,7 +270,7 @@ def test_bad_input_gets_an_openai_style_error_and_changes_nothing() -> None:
 
 
 def test_an_unreachable_upstream_is_a_502() -> None:
-    async def test(s: Stack) -> None:
+    async def test(s: ProxyStack[External]) -> None:
         for stream in (True, False):
             async with s.post(body(2, stream=stream)) as response:
                 assert response.status == 502
@@ -350,7 +278,7 @@ def test_an_unreachable_upstream_is_a_502() -> None:
         await s.settle()
         assert await s.metric("retrybench_proxy_executions_total", fate="failed") == 2
 
-    run(policy("no-control"), test, upstream=f"http://127.0.0.1:{closed_port()}")
+    run_stack(policy("no-control"), test, External(f"http://127.0.0.1:{closed_port()}"))
 
 
 def test_health_and_metrics() -> None:
@@ -371,24 +299,10 @@ def test_the_decision_log_replays_through_the_simulators_core_with_the_same_deci
     chosen = policy("deferred-cancellation", defer_s=w)
 
     async def test(s: Stack) -> None:
-        async def attempt(key: str, leave_after_chunks: int | None, n: int) -> None:
-            async with s.post(body(n, interval_ms=5), key=key) as response:
-                if leave_after_chunks is None:
-                    await response.read()
-                    return
-                for _ in range(leave_after_chunks):
-                    await response.content.readuntil(b"\n\n")
-                response.close()
-
-        async def call(i: int) -> None:
-            if i % 2 == 0:
-                await attempt(f"call-{i}", None, n=20)
-                return
-            await attempt(f"call-{i}", 2, n=400)  # leaves early; its execution streams for 2 s
-            await attempt(f"call-{i}", None, n=400)  # the retry, at once: it attaches within W
-
-        await asyncio.gather(*(call(i) for i in range(6)))
-        await attempt("call-9", 1, n=2000)  # left alone (10 s of stream): cancelled W after it left
+        # Three of six calls leave early (their executions stream for 2 s) and retry at once, within W.
+        await retried_calls(s, 6, lambda i, n: body(n, interval_ms=5), short=20, long=400)
+        # One call left alone (10 s of stream): cancelled W after it left.
+        await attempt(s, body(2000, interval_ms=5), "call-9", leave_after_events=1)
         await until(lambda: any(e["actions"] for e in s.events("timer")), "call-9's deferred cancellation",
                     seen=lambda: s.proxy.log.events[-3:])
         await s.settle()
@@ -422,7 +336,7 @@ def test_the_openai_sdks_own_retries_attach_to_the_live_execution() -> None:
         assert completion.choices[0].text == " tok" * 42
         decisions = [e["decision"] for e in s.proxy.log.events if e["ev"] == "attempt"]
         assert decisions[0] == "create" and "attach" in decisions[1:], decisions
-        assert s.stub.requests == 1  # one execution served every attempt of the call
+        assert s.upstream.requests == 1  # one execution served every attempt of the call
         await s.settle()
 
     run(policy("coalescing"), test)

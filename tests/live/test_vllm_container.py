@@ -17,16 +17,15 @@ from typing import Any
 
 import pytest
 
-from retrybench.doctor import VLLM_IMAGE
 from retrybench.live.vllm import (
     CONTAINER_HF_CACHE,
     ContainerSpec,
     VllmContainer,
     container_spec_for,
     vllm_args_for,
-    vllm_image,
 )
 from retrybench.spec import RunSpec
+from retrybench.vllm_locate import DEFAULT_IMAGE, vllm_image
 
 TEST_IMAGE = "retrybench/fake-vllm:test"
 
@@ -43,7 +42,7 @@ def spec_for(tmp_path: Path, **kwargs: Any) -> ContainerSpec:
 
 def test_command_is_the_engine_arguments_on_port_8000(tmp_path: Path) -> None:
     spec = spec_for(tmp_path)
-    assert spec.image == VLLM_IMAGE and spec.ports == (8000,) and spec.health_path == "/health"
+    assert spec.image == DEFAULT_IMAGE and spec.ports == (8000,) and spec.health_path == "/health"
     assert spec.command[0] == "Qwen/Qwen2.5-7B-Instruct"  # the entrypoint is `vllm serve`
     assert list(spec.command) == [*args().argv()[:-4], "--host", "0.0.0.0", "--port", "8000"]
     assert "--max-num-queued-reqs" in spec.command
@@ -86,7 +85,7 @@ def test_a_local_model_directory_is_mounted_read_only(tmp_path: Path) -> None:
 
 
 def test_image_is_configurable() -> None:
-    assert vllm_image({}) == VLLM_IMAGE
+    assert vllm_image({}) == DEFAULT_IMAGE
     assert vllm_image({"RETRYBENCH_VLLM_IMAGE": "vllm/vllm-openai:v0.34.0"}) == "vllm/vllm-openai:v0.34.0"
 
 

@@ -79,7 +79,7 @@ def test_the_simulator_and_the_real_vllm_agree_on_recovery(condition: str, engin
     live = run_live(spec, time_scale=TIME_SCALE, workdir=engine["workdir"] / condition, chat=engine["chat"],
                     engine_url=engine["url"])
     row, sim = summarize(live.log), summarize(simulate_spec(spec, engine["chat"]))
-    side = {key: {"live": row.get(key), "sim": sim.get(key)} for key in COMPARED}
+    side: dict[str, object] = {key: {"live": row.get(key), "sim": sim.get(key)} for key in COMPARED}
     side["chat"] = engine["chat"]
     side["paper_recovers"] = CONDITIONS[condition]
     side["send_lateness_ms"] = live.load.meta["send_lateness"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fixtures.engines import container_skip_reason, process_model_skip_reason
 
-from retrybench.doctor import VLLM_IMAGE, Probe
+from retrybench.doctor import Probe
 from retrybench.live.vllm import (
     TRACING_ASYNC_SCHEDULER,
     TRACING_SCHEDULER,
@@ -20,10 +20,10 @@ from retrybench.live.vllm import (
     model_id,
     vllm_args_for,
     vllm_command,
-    vllm_executable,
     vllm_process,
 )
 from retrybench.spec import RunSpec
+from retrybench.vllm_locate import DEFAULT_IMAGE, vllm_executable
 
 
 def spec(condition: str = "no-control", **overrides: object) -> RunSpec:
@@ -141,7 +141,7 @@ def probe(**overrides: object) -> Probe:
     ({"versions": {}}, "testcontainers is not installed"),
     ({"docker_engine": False}, "no Docker engine answers"),
     ({"gpus": 0}, "no GPU"),
-    ({"image_present": False}, f"the image {VLLM_IMAGE} is not in the local engine"),
+    ({"image_present": False}, f"the image {DEFAULT_IMAGE} is not in the local engine"),
     ({"models": 0}, "no model in the Hugging Face cache"),
 ])
 def test_container_skip_reasons_are_doctors(overrides: dict[str, object], reason: str) -> None:

@@ -21,18 +21,17 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
+from fixtures.openai_client import completion
+from fixtures.proxy_scenarios import attempt
+from fixtures.stack import External, ProxyStack, policy, run_stack
 from fixtures.vllm_real import (
     EngineSpeed,
     RealVllm,
-    completion,
     gauges,
     measure_speed,
     prompt,
@@ -44,13 +43,10 @@ from fixtures.vllm_real import (
     wait_idle,
 )
 from fixtures.waiting import until
-from prometheus_client.parser import text_string_to_metric_families
 
 from retrybench.analysis.prompt_work import prompt_work
-from retrybench.config import ClientPolicy, ProxyPolicy, WorkloadSpec, load_condition
-from retrybench.live.aio import run_event_loop
+from retrybench.config import ClientPolicy, ProxyPolicy, WorkloadSpec
 from retrybench.live.loadgen import LoadgenSettings, LoadResult, run_load
-from retrybench.live.proxy_server import ProxyServer, ProxySettings
 from retrybench.runlog import REFUSED_503
 from retrybench.workload import Call, Trace
 
@@ -59,9 +55,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.live, pytest.mark.xdist_group("vllm"
 PREFILL_LEFT_S = 2.0  # prefill still to run once admission shows: far above the abort's few ms to take effect
 LONG_DECODE_S = 30.0  # an execution a test disconnects from: far longer than any test waits on it
 
-
-def policy(name: str, **overrides: Any) -> ProxyPolicy:
-    return replace(load_condition(name).proxy, **overrides)
+Stack = ProxyStack[External]
 
 
 @pytest.fixture(scope="module")
@@ -94,65 +88,23 @@ def ended(events: list[dict[str, Any]]) -> bool:
     return any(e["event"] == "queued" for e in events) and not unsettled(events)
 
 
-@dataclass
-class Stack:
-    proxy: ProxyServer
-    url: str
-    engine_url: str
-    session: aiohttp.ClientSession
-
-    def post(self, payload: dict[str, Any], key: str | None = None) -> Any:
-        headers = {"Authorization": "Bearer tenant-a"} | ({} if key is None else {"Idempotency-Key": key})
-        return self.session.post(self.url + "/v1/completions", json=payload, headers=headers)
-
-    def direct(self, payload: dict[str, Any]) -> Any:
-        return self.session.post(self.engine_url + "/v1/completions", json=payload)
-
-    async def engine_metrics(self) -> dict[str, float]:
-        return await asyncio.to_thread(scrape, self.engine_url)
-
-    async def proxy_metric(self, name: str, **labels: str) -> float:
-        async with self.session.get(self.url + "/metrics") as response:
-            text = await response.text()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    return float(sample.value)
-        raise AssertionError(f"no sample {name} {labels} in the proxy's /metrics")
-
-    async def settle(self) -> None:
-        await until(lambda: not self.proxy.relays and self.proxy.open_subscribers == 0, "the proxy to settle",
-                    seen=lambda: f"{len(self.proxy.relays)} relays, {self.proxy.open_subscribers} subscribers")
-
-    async def until_engine(self, busy: bool, what: str) -> float:
-        """Wait for vLLM's running + waiting gauges to be non-zero (busy) or zero; return how long."""
-        seen: dict[str, float] = {}
-
-        async def holds() -> bool:
-            seen.update(await asyncio.to_thread(gauges, self.engine_url))
-            return (sum(seen.values()) > 0) == busy
-
-        return await until(holds, what, seen=lambda: seen)
+async def engine_metrics(s: Stack) -> dict[str, float]:
+    return await asyncio.to_thread(scrape, s.upstream_url)
 
 
-@asynccontextmanager
-async def stack(engine_url: str, chosen: ProxyPolicy, time_scale: float = 1.0) -> AsyncIterator[Stack]:
-    proxy = ProxyServer(ProxySettings(upstream=engine_url, policy=chosen, keep_log=True, time_scale=time_scale))
-    url = f"http://127.0.0.1:{await proxy.start('127.0.0.1', 0)}"
-    session = aiohttp.ClientSession()
-    try:
-        yield Stack(proxy, url, engine_url, session)
-    finally:
-        await session.close()
-        await proxy.stop()
+async def until_engine(s: Stack, busy: bool, what: str) -> float:
+    """Wait for vLLM's running + waiting gauges to be non-zero (busy) or zero; return how long."""
+    seen: dict[str, float] = {}
+
+    async def holds() -> bool:
+        seen.update(await asyncio.to_thread(gauges, s.upstream_url))
+        return (sum(seen.values()) > 0) == busy
+
+    return await until(holds, what, seen=lambda: seen)
 
 
 def run(engine: RealVllm, chosen: ProxyPolicy, test: Callable[[Stack], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with stack(engine.url, chosen) as s:
-            await test(s)
-
-    run_event_loop(main)
+    run_stack(chosen, test, External(engine.url))
 
 
 def executions(events: list[dict[str, Any]]) -> dict[int, str]:
@@ -177,11 +129,11 @@ def test_a_disconnect_through_the_proxy_aborts_the_execution_in_vllm(
     async def test(s: Stack) -> None:
         response = await s.post(completion(prompt(64), max_tokens)).__aenter__()
         await response.content.readuntil(b"\n\n")  # the first token: it is running
-        await s.until_engine(busy=True, what="vLLM's gauges to show the execution")
+        await until_engine(s, busy=True, what="vLLM's gauges to show the execution")
         response.close()
-        took.append(await s.until_engine(busy=False, what="vLLM's gauges to drop after the disconnect"))
+        took.append(await until_engine(s, busy=False, what="vLLM's gauges to drop after the disconnect"))
         await s.settle()
-        assert await s.proxy_metric("retrybench_proxy_executions_total", fate="cancelled") == 1
+        assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 1
 
     run(vllm, policy("retries-on-cancel-on"), test)
     record_property("abort_after_disconnect_s", round(took[0], 4))
@@ -210,12 +162,12 @@ def test_an_abort_before_the_first_output_is_missed_by_the_prompt_counter_but_no
     after: dict[str, float] = {}
 
     async def test(s: Stack) -> None:
-        before.update(await s.engine_metrics())
+        before.update(await engine_metrics(s))
         response = await s.post(completion(prompt(tokens), 50)).__aenter__()
-        await s.until_engine(busy=True, what="the execution to be admitted")
+        await until_engine(s, busy=True, what="the execution to be admitted")
         response.close()
-        await s.until_engine(busy=False, what="the abort")
-        after.update(await s.engine_metrics())
+        await until_engine(s, busy=False, what="the abort")
+        after.update(await engine_metrics(s))
         await s.settle()
 
     run(vllm, policy("retries-on-cancel-on"), test)
@@ -235,13 +187,13 @@ def test_a_completed_execution_counts_its_whole_prompt_once(vllm: RealVllm) -> N
     counts: list[dict[str, float]] = []
 
     async def test(s: Stack) -> None:
-        counts.append(await s.engine_metrics())
+        counts.append(await engine_metrics(s))
         async with s.post(completion(prompt(tokens), 8, stream=False)) as response:
             assert response.status == 200
             usage = (await response.json())["usage"]
         assert usage["prompt_tokens"] == tokens and usage["completion_tokens"] == 8
-        await s.until_engine(busy=False, what="the execution to leave vLLM's gauges")
-        counts.append(await s.engine_metrics())
+        await until_engine(s, busy=False, what="the execution to leave vLLM's gauges")
+        counts.append(await engine_metrics(s))
 
     run(vllm, policy("retries-on-cancel-on"), test)
     before, after = counts
@@ -264,8 +216,8 @@ def test_coalescing_attaches_a_retry_to_the_execution_still_running(vllm: RealVl
             assert retry.headers["X-Retrybench-Attached"] == "1"
             body = await retry.read()
         assert body.rstrip().endswith(b"data: [DONE]")
-        assert await s.proxy_metric("retrybench_proxy_decisions_total", decision="attached") == 1
-        assert await s.proxy_metric("retrybench_proxy_executions_total", fate="completed") == 1
+        assert await s.metric("retrybench_proxy_decisions_total", decision="attached") == 1
+        assert await s.metric("retrybench_proxy_executions_total", fate="completed") == 1
         await s.settle()
 
     run(vllm, policy("coalescing"), test)
@@ -274,6 +226,8 @@ def test_coalescing_attaches_a_retry_to_the_execution_still_running(vllm: RealVl
 
 
 def test_deferred_cancellation_keeps_the_execution_alive_for_w(vllm: RealVllm, speed: EngineSpeed) -> None:
+    """The deferral is checked on the proxy's clock (when the client left, when the timer cancelled)
+    and, as a lower bound, on the wall clock: a slow machine only makes both gaps longer."""
     w = 1.0
     first = len(read_trace_so_far(vllm))
     took: list[float] = []
@@ -283,11 +237,17 @@ def test_deferred_cancellation_keeps_the_execution_alive_for_w(vllm: RealVllm, s
                                 key="call-defer").__aenter__()
         await response.content.readuntil(b"\n\n")
         response.close()
-        left = time.monotonic()
-        await asyncio.sleep(w / 2)
-        assert sum((await asyncio.to_thread(gauges, s.engine_url)).values()) > 0, "vLLM aborted within W"
-        await s.until_engine(busy=False, what="the deferred abort")
-        took.append(time.monotonic() - left)
+        closed = time.monotonic()
+        left = await s.logged("left", call=0, attempt=0)
+        busy = sum((await asyncio.to_thread(gauges, s.upstream_url)).values()) > 0
+        if not s.events("timer"):  # read before the deferral ran out: the execution must still be there
+            assert busy, "vLLM dropped the execution within W, before the proxy cancelled it"
+        await until_engine(s, busy=False, what="the deferred abort")
+        took.append(time.monotonic() - closed)
+        cancel = await s.logged("timer")
+        assert cancel["actions"] == [["cancel", cancel["execution"]]], cancel
+        after = cancel["t"] - left["t"]
+        assert after >= w, f"cancelled {after:.3f} s after the client left (proxy clock): sooner than W = {w} s"
         await s.settle()
 
     run(vllm, policy("deferred-cancellation", defer_s=w), test)
@@ -309,7 +269,7 @@ def test_the_engines_queue_cap_503_reaches_the_client_in_both_forms(tmp_path: Pa
 
     async def test(s: Stack) -> None:
         holder = await s.direct(completion(prompt(64), speed.decode_tokens_for(LONG_DECODE_S))).__aenter__()
-        await s.until_engine(busy=True, what="the holder to run")
+        await until_engine(s, busy=True, what="the holder to run")
         for stream in (False, True):
             calls = tuple(Call(index=i, call_id=f"cap-{stream}-{i}", arrival_s=0.01 * i, prompt_tokens=40,
                                response_tokens=4, phase="base") for i in range(2))
@@ -317,8 +277,8 @@ def test_the_engines_queue_cap_503_reaches_the_client_in_both_forms(tmp_path: Pa
             results[stream] = await run_load(trace, LoadgenSettings(target=s.url, client=client, stream=stream))
         holder.close()
         await s.settle()
-        await s.until_engine(busy=False, what="the holder's abort")
-        assert await s.proxy_metric("retrybench_proxy_executions_total", fate="refused") == 8
+        await until_engine(s, busy=False, what="the holder's abort")
+        assert await s.metric("retrybench_proxy_executions_total", fate="refused") == 8
 
     with start_real_vllm(tmp_path, extra_args=["--max-num-queued-reqs", "1"]) as capped:
         wait_idle(capped, "before the test")
@@ -333,27 +293,20 @@ def test_the_engines_queue_cap_503_reaches_the_client_in_both_forms(tmp_path: Pa
 
 
 def test_the_trace_accounts_for_every_prompt_token_the_admission_counter_saw(vllm: RealVllm) -> None:
-    """A mix of completed calls and calls left in prefill or mid-stream: the prompt tokens of the
+    """A mix of completed calls and calls left before their first token or mid-stream: the prompt tokens of the
     executions the trace shows admitted equal the admission counter's growth, and their computed
     prompt tokens plus prefix hits cover them."""
     counts: list[dict[str, float]] = []
     first = len(read_trace_so_far(vllm))
 
     async def test(s: Stack) -> None:
-        counts.append(await s.engine_metrics())
+        counts.append(await engine_metrics(s))
 
-        async def one(n: int, leave_after_s: float | None) -> None:
-            response = await s.post(completion(prompt(n), 40)).__aenter__()
-            if leave_after_s is None:
-                await response.read()
-            else:
-                await asyncio.sleep(leave_after_s)
-            response.close()
-
-        await asyncio.gather(*(one(n, leave) for n, leave in
-                               [(3000, None), (6000, 0.05), (1200, None), (5000, 0.2), (800, 0.0), (2500, None)]))
-        await s.until_engine(busy=False, what="vLLM to drain")
-        counts.append(await s.engine_metrics())
+        # Three calls read to the end; three leave, before their first token or after it.
+        await asyncio.gather(*(attempt(s, completion(prompt(n), 40), leave_after_events=leave) for n, leave in
+                               [(3000, None), (6000, 0), (1200, None), (5000, 1), (800, 0), (2500, None)]))
+        await until_engine(s, busy=False, what="vLLM to drain")
+        counts.append(await engine_metrics(s))
         await s.settle()
 
     run(vllm, policy("retries-on-cancel-on"), test)

@@ -7,13 +7,14 @@ that reads simulated traces.
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fixtures.waiting import until_sync
 
 from retrybench.analysis.prompt_work import prompt_work
 from retrybench.live import vllm_trace
@@ -155,9 +156,7 @@ def test_other_versions_are_refused_unless_asked(version: str, monkeypatch: pyte
 def test_the_scheduler_classes_need_vllm() -> None:
     import retrybench.live.vllm_trace as plugin
 
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("vllm") is None:
         with pytest.raises(ImportError):
             _ = plugin.TracingScheduler
     with pytest.raises(AttributeError):
@@ -171,9 +170,9 @@ def test_the_trace_is_flushed_and_the_overhead_noted_while_vllm_runs(traced: tup
     recorder, clock, path = traced
     recorder.queued(request("cmpl-a", 10))
     clock.now += 6.0  # past STATS_S
-    deadline = time.monotonic() + 30.0  # the flusher thread runs every 0.25 s; a loaded machine delays it
-    while '"trace_stats"' not in path.read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # The flusher thread runs every 0.25 s; a loaded machine delays it.
+    until_sync(lambda: '"trace_stats"' in path.read_text(), "the flusher thread to write the trace_stats note",
+               seen=path.read_text)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [e["event"] for e in lines[1:]] == ["queued", "trace_stats"]
     assert lines[-1]["wall_s"] == 6.0

@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from retrybench.results import Result
 
 DATA = Path(__file__).parent / "data" / "results.json"
 
 
 @pytest.fixture(scope="session")
-def results() -> list[dict[str, Any]]:
-    data: list[dict[str, Any]] = json.loads(DATA.read_text())
+def results() -> list[Result]:
+    data: list[Result] = json.loads(DATA.read_text())
     return data
 
 
 @pytest.fixture(scope="session")
-def built_report(results: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built_report(results: list[Result], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """index.html (and runs/, summary.json) of the fixture set, as `retrybench reproduce` writes it."""
     from retrybench.report import build_context, write_report
     from retrybench.report.meta import gather

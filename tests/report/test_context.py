@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import copy
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from retrybench.blocks import BLOCKS, block_specs
+from retrybench.claims import ROWS
 from retrybench.report import build_context
-from retrybench.report.claims import FINDINGS, NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNCERTAIN, checks_of, verdict
 from retrybench.report.context import run_file_name
 from retrybench.report.fmt import span, value
 from retrybench.report.runs import RunSet
+from retrybench.report.verdicts import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNCERTAIN, checks_of, verdict
+from retrybench.results import Result
 
 META = {"engine": "sim", "wall_s": 1.0}
 
@@ -21,7 +22,7 @@ def _row(context: dict[str, Any], key: str) -> dict[str, Any]:
     return next(r for r in context["summary"] if r["key"] == key)
 
 
-def test_a_result_counts_in_every_block_whose_runs_include_its_spec(results: list[dict[str, Any]]) -> None:
+def test_a_result_counts_in_every_block_whose_runs_include_its_spec(results: list[Result]) -> None:
     rs = RunSet(results)
     blocks = [e.block for e in rs.entries
               if e.spec.condition == "retries-on-cancel-off" and e.spec.pulse_x == 2.7 and not e.spec.trace]
@@ -33,27 +34,25 @@ def test_a_result_counts_in_every_block_whose_runs_include_its_spec(results: lis
 def test_a_seed_beyond_a_blocks_run_count_is_not_one_of_its_runs() -> None:
     spec = next(s for s in block_specs("diagnostic", "qwen2.5-7b-instruct")
                 if s.seed == 3 and s.condition == "retries-on-cancel-off")  # the sweep has one run
-    result = {**spec.__dict__, "spec": spec.__dict__}
+    result = cast(Result, {**spec.__dict__, "spec": spec.__dict__})
     assert [e.block for e in RunSet([result]).entries] == ["diagnostic"]
     assert [e.block for e in RunSet([result], runs=3).entries] == ["diagnostic", "trigger-sweep"]
 
 
-def test_verdicts_come_from_the_measured_numbers(results: list[dict[str, Any]]) -> None:
+def test_verdicts_come_from_the_measured_numbers(results: list[Result]) -> None:
     context = build_context(results, META)
     assert _row(context, "finding7")["verdict"] == REPRODUCED
     assert _row(context, "section62-q338")["verdict"] == UNCERTAIN
     assert _row(context, "finding4")["verdict"] == REPRODUCED
     # Flip one measured number against the claim: the same finding is no longer reproduced.
-    changed = copy.deepcopy(results)
-    for r in changed:
-        if r.get("condition") == "deferred-cancellation":
-            r["recovered"] = False
+    changed = [cast(Result, {**r, "recovered": False}) if r["condition"] == "deferred-cancellation" else r
+               for r in results]
     row = _row(build_context(changed, META), "finding7")
     assert row["verdict"] == NOT_REPRODUCED
     assert any("deferred cancellation" in reason for reason in row["reasons"])
 
 
-def test_a_failed_run_is_reported_with_its_error_and_fails_its_claims(results: list[dict[str, Any]]) -> None:
+def test_a_failed_run_is_reported_with_its_error_and_fails_its_claims(results: list[Result]) -> None:
     context = build_context(results, META)
     assert [f["error"] for f in context["failed"]] == ["RuntimeError: a failed run, kept with its error (fixture)"]
     assert context["counts"]["failed"] == 1
@@ -66,34 +65,34 @@ def test_a_failed_run_is_reported_with_its_error_and_fails_its_claims(results: l
 
 def test_a_finding_without_runs_is_not_run() -> None:
     checks = checks_of(RunSet([]))
-    assert all(verdict(f, checks[f.key]) == NOT_RUN for f in FINDINGS)
+    assert all(verdict(row, checks[row.key]) == NOT_RUN for row in ROWS)
 
 
-def test_under_pytest_the_verdict_is_the_tests_and_an_xfail_is_not_reproduced(results: list[dict[str, Any]]) -> None:
+def test_under_pytest_the_verdict_is_the_tests_and_an_xfail_is_not_reproduced(results: list[Result]) -> None:
     reason = "measured: coalescing delivered 99.87% of the pulse cohort by 840 s"
-    tests = [
-        {"nodeid": "b.py::test_a[1]", "name": "test_a[1]", "markers": ["finding5"], "outcome": "passed",
-         "reason": "", "properties": []},
-        {"nodeid": "b.py::test_b[3]", "name": "test_b[3]", "markers": ["finding5"], "outcome": "xfailed",
-         "reason": reason, "properties": [["measured:pulse_delivered_pct", "99.87"]]},
-        {"nodeid": "b.py::test_lookup_first_refuses_no_retry_and_delivers_every_pulse_and_hold_call[1]",
-         "name": "test_lookup_first_refuses_no_retry_and_delivers_every_pulse_and_hold_call[1]",
-         "markers": ["finding5"], "outcome": "passed", "reason": "", "properties": []},
-        {"nodeid": "c.py::test_c", "name": "test_c", "markers": ["finding7"], "outcome": "passed", "reason": "",
-         "properties": []},
+    tests: list[dict[str, Any]] = [
+        {"nodeid": "b.py::test_a[1]", "name": "test_a[1]", "markers": ["finding5"],
+         "claims": ["f5-budget-restores-service"], "outcome": "passed", "reason": "", "properties": []},
+        {"nodeid": "b.py::test_b[3]", "name": "test_b[3]", "markers": ["finding5"],
+         "claims": ["f5-coalescing-restores-service"], "outcome": "xfailed", "reason": reason,
+         "properties": [["measured:pulse_delivered_pct", "99.87"]]},
+        {"nodeid": "b.py::test_lookup[1]", "name": "test_lookup[1]", "markers": ["finding5"],
+         "claims": ["s64-lookup-first-refuses-none"], "outcome": "passed", "reason": "", "properties": []},
+        {"nodeid": "c.py::test_c", "name": "test_c", "markers": ["finding7"],
+         "claims": ["f7-deferred-cancellation-restores"], "outcome": "passed", "reason": "", "properties": []},
     ]
     context = build_context(results, META, tests=tests)
     five = _row(context, "finding5")
     assert five["verdict"] == NOT_REPRODUCED
     assert five["tally"] == {"passed": 1, "failed": 0, "xfailed": 1, "skipped": 0}
     assert reason in five["reasons"][0]
-    assert _row(context, "section64")["verdict"] == REPRODUCED  # its test moved from finding5's row
+    assert _row(context, "section64")["verdict"] == REPRODUCED  # its claim's row, though marked finding5
     assert _row(context, "finding7")["verdict"] == REPRODUCED
     assert _row(context, "finding1")["verdict"] == NOT_RUN  # no finding1 test ran
     assert context["tests"] == tests
 
 
-def test_run_files_are_unique_per_spec(results: list[dict[str, Any]]) -> None:
+def test_run_files_are_unique_per_spec(results: list[Result]) -> None:
     assert len({run_file_name(r) for r in results}) == len(results)
 
 
@@ -109,6 +108,6 @@ def test_recorded_values_print_readably() -> None:
     assert value({"a": 1}) == "a 1"
 
 
-def test_every_block_is_in_the_paper_order(results: list[dict[str, Any]]) -> None:
+def test_every_block_is_in_the_paper_order(results: list[Result]) -> None:
     names = [b["name"] for b in build_context(results, META)["blocks"]]
     assert names == [n for n in BLOCKS if n in names]

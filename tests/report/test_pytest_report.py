@@ -20,6 +20,7 @@ RUNS = {(r["condition"], r["seed"]): r for r in json.load(open(%(data)r)) if "er
 
 
 @pytest.mark.finding7
+@pytest.mark.claim("f7-deferred-cancellation-restores")
 def test_deferred_cancellation_restores_service(record_property):
     run = RUNS[("deferred-cancellation", 1)]
     note_run(run)
@@ -28,6 +29,7 @@ def test_deferred_cancellation_restores_service(record_property):
 
 
 @pytest.mark.finding5
+@pytest.mark.claim("f5-coalescing-restores-service")
 @pytest.mark.xfail(strict=True, reason="measured: coalescing delivered 99.87%% of the pulse cohort")
 def test_coalescing_delivers_every_pulse_call():
     note_run(RUNS[("coalescing", 1)])
@@ -35,6 +37,7 @@ def test_coalescing_delivers_every_pulse_call():
 
 
 @pytest.mark.finding6
+@pytest.mark.claim("f6-lifo-under-proxy-cap")
 def test_lifo_claim_fails():
     note_run(RUNS[("lifo", 1)])
     assert 1 == 2, "lifo did not deliver more"
@@ -48,7 +51,7 @@ def test_not_a_finding_test():
 @pytest.fixture
 def suite(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    pytester.makeini("[pytest]\nmarkers =\n    finding5\n    finding6\n    finding7\n")
+    pytester.makeini("[pytest]\nmarkers =\n    finding5\n    finding6\n    finding7\n    claim\n")
     pytester.makepyfile(test_findings=TESTS % {"data": str(DATA)})
     return pytester
 

@@ -148,8 +148,7 @@ def run_json_digest(condition: str) -> str:
     with pytest.MonkeyPatch.context() as patch:  # C-hat as pinned above, not calibrated
         patch.setattr(runner, "calibration_for", lambda *args, **kwargs: {"chat": CHAT[QWEN]})
         result = run_one(spec, use_cache=False)
-    result = {k: v for k, v in result.items() if k not in ("wall_s", "code_version")}
-    return _sha(json.loads(json.dumps(result)))
+    return _sha(json.loads(json.dumps({k: v for k, v in result.items() if k not in ("wall_s", "code_version")})))
 
 
 @pytest.mark.parametrize(("spec", "log_digest", "trace_digest"), FULL_RUNS,

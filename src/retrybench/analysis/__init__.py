@@ -1,7 +1,7 @@
 """The paper's metrics (Section 3.2), computed from a RunLog only: pure functions, no I/O, no clock.
 
-`summarize` flattens them into one JSON-able dict, the row a report or a comparison against the
-paper's figures (values.toml) reads.
+`summarize` flattens them into one typed row (results.Metrics), the part of a run's result that a
+report or a comparison against the paper's figures (paper_values.toml) reads.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from retrybench.analysis.delivery import (
     recovery,
 )
 from retrybench.analysis.rates import Rates, rate_window, rates
+from retrybench.results import Metrics
 from retrybench.runlog import (
     FATE_CANCELLED,
     FATE_DROPPED,
@@ -52,48 +53,24 @@ def clean(value: float | None) -> float | None:
     return round(value, _DIGITS)
 
 
-def _counts(log: RunLog) -> dict[str, object]:
-    """Raw record counts, to check the metrics against and to spot a truncated log."""
-    return {
-        "attempts": len(log.attempts),
-        "retries": sum(1 for a in log.attempts if a.attempt_no >= 1),
-        "executions_created": len(log.executions),
-        "executions_accepted": sum(1 for e in log.executions if e.accepted_s is not None),
-        "executions_refused": sum(1 for e in log.executions if e.refused_s is not None),
-        "executions_cancelled": sum(1 for e in log.executions if e.fate == FATE_CANCELLED),
-        "calls": len(log.calls),
-        "calls_delivered": sum(1 for c in log.calls if c.delivered_s is not None),
-        "calls_failed": sum(1 for c in log.calls if c.failed_s is not None),
-        **_control_counts(log),
-    }
-
-
-def _control_counts(log: RunLog) -> dict[str, object]:
-    """What the overload controls did (Section 6): refused, attached, dropped, cancelled."""
+def summarize(log: RunLog) -> Metrics:
+    """One flat row of a run's metrics: recovery, cohort delivery, rates and raw counts, with what the
+    overload controls did (Section 6)."""
+    rec = recovery(log)
+    groups = cohorts(log)
+    pulse, hold, primary = groups["pulse"], groups["hold"], groups["primary"]
+    r = rates(log)
     retries = [a for a in log.attempts if a.attempt_no >= 1]
     attached = sum(1 for a in retries if a.attached)
-    return {
-        "retries_refused": sum(1 for a in retries if a.outcome == REFUSED_429),
-        "retries_refused_live": sum(1 for a in retries if a.outcome == REFUSED_429 and a.refused_live),
-        "retries_attached": attached,
-        "retries_attached_pct": clean(100.0 * attached / len(retries)) if retries else None,
-        "attempts_refused_deadline": sum(
-            1 for a in log.attempts if a.outcome == REFUSED_503 and a.execution_id is None),
-        "executions_dropped": sum(1 for e in log.executions if e.fate == FATE_DROPPED),
-        "engine_refused": sum(1 for e in log.executions if e.fate == FATE_REFUSED),
-        "gave_up_retry_after": sum(1 for c in log.calls if c.failed_reason == "retry_after_too_long"),
-    }
-
-
-def summarize(log: RunLog) -> dict[str, object]:
-    """One flat row of a run's metrics: recovery, cohort delivery, rates and raw counts."""
-    rec = recovery(log)
-    row: dict[str, object] = {"recovered": rec.recovered, "recovery_s": clean(rec.recovery_s)}
-    for name, cohort in cohorts(log).items():
-        row[f"{name}_delivered_pct"] = clean(cohort.delivered_pct)
-        row[f"{name}_timely_pct"] = clean(cohort.timely_pct)
-    r = rates(log)
-    row.update(
+    return Metrics(
+        recovered=rec.recovered,
+        recovery_s=clean(rec.recovery_s),
+        pulse_delivered_pct=clean(pulse.delivered_pct),
+        pulse_timely_pct=clean(pulse.timely_pct),
+        hold_delivered_pct=clean(hold.delivered_pct),
+        hold_timely_pct=clean(hold.timely_pct),
+        primary_delivered_pct=clean(primary.delivered_pct),
+        primary_timely_pct=clean(primary.timely_pct),
         created_x=clean(r.created_x),
         accepted_x=clean(r.accepted_x),
         completed_x=clean(r.completed_x),
@@ -101,7 +78,23 @@ def summarize(log: RunLog) -> dict[str, object]:
         mean_waiting=clean(r.mean_waiting),
         littles_law_waiting=clean(r.littles_law_waiting),
         mean_waiting_pct_of_littles_law=clean(r.mean_waiting_pct_of_littles_law),
+        # raw record counts, to check the metrics against and to spot a truncated log
+        attempts=len(log.attempts),
+        retries=len(retries),
+        executions_created=len(log.executions),
+        executions_accepted=sum(1 for e in log.executions if e.accepted_s is not None),
+        executions_refused=sum(1 for e in log.executions if e.refused_s is not None),
+        executions_cancelled=sum(1 for e in log.executions if e.fate == FATE_CANCELLED),
+        calls=len(log.calls),
+        calls_delivered=sum(1 for c in log.calls if c.delivered_s is not None),
+        calls_failed=sum(1 for c in log.calls if c.failed_s is not None),
+        # what the overload controls did: refused, attached, dropped, cancelled
+        retries_refused=sum(1 for a in retries if a.outcome == REFUSED_429),
+        retries_refused_live=sum(1 for a in retries if a.outcome == REFUSED_429 and a.refused_live),
+        retries_attached=attached,
+        retries_attached_pct=clean(100.0 * attached / len(retries)) if retries else None,
+        attempts_refused_deadline=sum(1 for a in log.attempts if a.outcome == REFUSED_503 and a.execution_id is None),
+        executions_dropped=sum(1 for e in log.executions if e.fate == FATE_DROPPED),
+        engine_refused=sum(1 for e in log.executions if e.fate == FATE_REFUSED),
+        gave_up_retry_after=sum(1 for c in log.calls if c.failed_reason == "retry_after_too_long"),
     )
-    row.update(_counts(log))
-    return row
-

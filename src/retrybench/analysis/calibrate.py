@@ -11,9 +11,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from retrybench.config import ClientPolicy
 from retrybench.runlog import RunLog
 
-__all__ = ["Calibration", "StageResult", "calibration_from_log", "stage_plan"]
+__all__ = ["CALIBRATION_CLIENT", "FIRST_STAGE_RATE", "NO_DEADLINE_S", "SATURATION_PER_S", "STAGES", "STAGE_FACTOR",
+           "STAGE_S", "Calibration", "StageResult", "calibration_from_log", "stage_plan"]
+
+# The protocol, shared by the simulated and the live calibration. 0.2 calls/s x 1.5^5 = 1.52 calls/s:
+# the stage at which the paper reports TTFT and E2E.
+FIRST_STAGE_RATE = 0.2
+STAGE_FACTOR = 1.5
+STAGE_S = 300.0
+STAGES = 11
+SATURATION_PER_S = 0.1  # the waiting queue's growth that marks the saturated stage
+NO_DEADLINE_S = 1e9
+"""The calibration's attempt timeout: none. A stage measures the engine's own queue, and an attempt
+given up would take load off it; a client policy needs a finite timeout, so "none" is 1e9 s (about 32
+years), beyond any run. The simulated calibrations (and their pinned digest) were computed with it."""
+CALIBRATION_CLIENT = ClientPolicy(retries=False, attempt_timeout_s=NO_DEADLINE_S)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +68,7 @@ def _slope(values: list[int]) -> float:
 
 
 def calibration_from_log(log: RunLog, plan: list[tuple[float, float, float]],
-                         threshold_per_s: float = 0.1) -> Calibration:
+                         threshold_per_s: float = SATURATION_PER_S) -> Calibration:
     """Stage results and C-hat from a calibration run's log; raises if no stage saturated."""
     waiting = log.samples.engine_waiting
     results: list[StageResult] = []

@@ -18,6 +18,7 @@ from typing import Any
 
 from retrybench.engine.profiles import EngineProfile
 from retrybench.engine.scheduler import ABORTED, FINISHED, WAITING, Batch, Request, Scheduler
+from retrybench.tracefile import ExecutionEvent
 
 __all__ = ["EngineCore", "EngineEvent", "ExecutionStats"]
 
@@ -231,7 +232,7 @@ class EngineCore:
 
     # -- trace -------------------------------------------------------------------------------
 
-    def _log(self, now: float, event: str, rid: int, **extra: Any) -> None:
+    def _log(self, now: float, event: ExecutionEvent, rid: int, **extra: Any) -> None:
         """Append one trace event (callers on hot paths check `self.trace` first, so that a run
         without a trace does not even build the keyword arguments)."""
         if self.trace is not None:

@@ -211,7 +211,7 @@ class Batch:
 
 @dataclass(slots=True)
 class Counters:
-    """vLLM's Prometheus counters, kept with vLLM's rules (see notes/vllm-v1-semantics.md)."""
+    """vLLM's Prometheus counters, kept with vLLM's rules (see docs/vllm-v1-semantics.md)."""
 
     prompt_tokens_total: int = 0  # full prompt length, at the first output token, first admission only
     prefix_cache_queries_total: int = 0  # full prompt length, at first admission

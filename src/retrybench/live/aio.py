@@ -8,21 +8,10 @@ import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from aiohttp import web
-
-__all__ = ["bound_port", "metric_sums", "run_event_loop", "until_signalled"]
+__all__ = ["metric_sums", "run_event_loop", "until_signalled"]
 
 T = TypeVar("T")
 _SAMPLE = re.compile(rb"^([a-z_:]+)(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.MULTILINE)
-
-
-def bound_port(site: web.TCPSite) -> int:
-    """The port a started site listens on (the one the OS chose when asked for port 0)."""
-    sockets = getattr(site._server, "sockets", None)  # asyncio's and uvloop's servers both have it
-    if not sockets:
-        raise RuntimeError("the site is not listening")
-    port: int = sockets[0].getsockname()[1]
-    return port
 
 
 def run_event_loop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:

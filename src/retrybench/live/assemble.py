@@ -19,8 +19,9 @@ from retrybench.runlog import ExecutionRecord, QueueSamples, RunLog
 
 __all__ = ["Scrape", "assemble_run_log", "resample"]
 
-_FATES = {"completed": runlog.FATE_COMPLETED, "orphaned": runlog.FATE_ORPHANED, "cancelled": runlog.FATE_CANCELLED,
-          "dropped": runlog.FATE_DROPPED, "refused": runlog.FATE_REFUSED, "failed": runlog.FATE_REFUSED}
+_FATES: dict[str, runlog.Fate] = {
+    "completed": runlog.FATE_COMPLETED, "orphaned": runlog.FATE_ORPHANED, "cancelled": runlog.FATE_CANCELLED,
+    "dropped": runlog.FATE_DROPPED, "refused": runlog.FATE_REFUSED, "failed": runlog.FATE_REFUSED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,7 @@ class _Execution:
     finished_s: float | None = None
     refused_s: float | None = None
     abort_requested_s: float | None = None
-    fate: str = runlog.FATE_QUEUED
+    fate: runlog.Fate = runlog.FATE_QUEUED
     extra: dict[str, Any] = field(default_factory=dict)
 
     def record(self) -> ExecutionRecord:

@@ -15,16 +15,23 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from retrybench.analysis.calibrate import Calibration, calibration_from_log, stage_plan
-from retrybench.config import ClientPolicy, WorkloadSpec
+from retrybench.analysis.calibrate import (
+    CALIBRATION_CLIENT,
+    FIRST_STAGE_RATE,
+    STAGE_FACTOR,
+    STAGE_S,
+    STAGES,
+    Calibration,
+    calibration_from_log,
+    stage_plan,
+)
+from retrybench.config import WorkloadSpec
 from retrybench.live.run import run_live
-from retrybench.sim.calibrate import FIRST_STAGE_RATE, STAGES
 from retrybench.spec import RunSpec
 from retrybench.workload import Trace, concat_calls, stage_trace
 
 __all__ = ["calibrate_live", "calibration_summary"]
 
-CALIBRATION_CLIENT = ClientPolicy(retries=False, attempt_timeout_s=1e6)  # the simulated calibration's
 # The paper reports latencies at 1.52 calls/s with C-hat 2.78: for another engine, the stage at the same
 # share of its C-hat.
 LATENCY_SHARE = 1.52 / 2.78
@@ -32,11 +39,11 @@ LATENCY_SHARE = 1.52 / 2.78
 
 def calibrate_live(engine_url: str, *, model: str, gpu: str, workdir: Path, time_scale: float = 1.0,
                    token_scale: float = 1.0, seed: int = 0, stages: int = STAGES,
-                   first_rate: float = FIRST_STAGE_RATE, stage_s: float = 300.0) -> Calibration:
+                   first_rate: float = FIRST_STAGE_RATE, stage_s: float = STAGE_S) -> Calibration:
     """C-hat of the engine at `engine_url`; `model` and `gpu` name the profile the run log records.
     Raises ValueError (with the last stage's rate) when no stage saturated."""
     spec = WorkloadSpec(chat_calls_per_s=1.0).scaled(token_scale)
-    plan = stage_plan(first_rate, 1.5, stages, stage_s)
+    plan = stage_plan(first_rate, STAGE_FACTOR, stages, stage_s)
     calls = concat_calls([stage_trace(rate, stage_s, seed, spec, start_s=start) for rate, start, _ in plan])
     run_spec = RunSpec(model=model, condition="retries-off-cancel-off", seed=seed, gpu=gpu, token_scale=token_scale)
     run = run_live(run_spec, time_scale=time_scale, workdir=workdir, chat=1.0, engine_url=engine_url,

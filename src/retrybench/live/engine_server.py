@@ -4,7 +4,7 @@ The EngineCore is the simulator's own (same scheduler, same step times, same tra
 and a simulated run differ only in what the network and the event loop add. One driver task steps
 the core at the wall time of each batch's scheduled end; handlers submit, stream what each batch
 produced and abort on a client disconnect, as vLLM's OpenAI server does (see
-notes/vllm-v1-semantics.md). Engine time is wall time divided by `time_scale`.
+docs/vllm-v1-semantics.md). Engine time is wall time divided by `time_scale`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,17 @@ from prometheus_client.registry import Collector
 from retrybench.config import EngineConfig
 from retrybench.engine.core import EngineCore
 from retrybench.engine.profiles import profile_for
-from retrybench.live.aio import run_event_loop, until_signalled
-from retrybench.live.openai_api import error_body
+from retrybench.live.clock import ScaledClock
+from retrybench.live.openai_api import (
+    BadRequest,
+    bool_field,
+    error_body,
+    error_response,
+    is_positive_int,
+    is_token_ids,
+    json_object,
+)
+from retrybench.live.serving import new_app, serve_until_signalled, start_app
 from retrybench.tracefile import write_trace
 
 __all__ = ["EngineServer", "EngineServerSettings", "serve_forever"]
@@ -61,12 +70,6 @@ class EngineServerSettings:
             raise ValueError(f"prefix_tokens must be >= 0, got {self.prefix_tokens}")
 
 
-class _BadRequest(ValueError):
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
 @dataclass(frozen=True, slots=True)
 class _Completion:
     prompt_len: int
@@ -87,50 +90,34 @@ class _Pending:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _parse(body: bytes, max_model_len: int) -> _Completion:
     """Validate a /v1/completions body the way vLLM answers it (400 with the bad field)."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise _BadRequest(f"the body is not valid JSON: {error}") from None
-    if not isinstance(data, dict):
-        raise _BadRequest("the body must be a JSON object")
+    data = json_object(body)
     prompt = data.get("prompt")
     if isinstance(prompt, str):
         prompt_len = len(prompt.split())
         key: object = hash(("text", prompt))
-    elif isinstance(prompt, list) and all(_is_int(t) for t in prompt):
+    elif is_token_ids(prompt):
         prompt_len = len(prompt)
         key = hash(tuple(prompt))  # identical prompts (retries) share their cached blocks
     else:
-        raise _BadRequest("'prompt' must be a string or a list of token ids", "prompt")
+        raise BadRequest("'prompt' must be a string or a list of token ids", "prompt")
     if prompt_len < 1:
-        raise _BadRequest("'prompt' must hold at least one token", "prompt")
+        raise BadRequest("'prompt' must hold at least one token", "prompt")
     max_tokens = data.get("max_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise _BadRequest("'max_tokens' is required and must be a positive integer", "max_tokens")
+    if not is_positive_int(max_tokens):
+        raise BadRequest("'max_tokens' is required and must be a positive integer", "max_tokens")
     if prompt_len + max_tokens > max_model_len:
-        raise _BadRequest(f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                          f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the "
-                          "completion).", "max_tokens")
-    stream = data.get("stream", False)
-    if not isinstance(stream, bool):
-        raise _BadRequest("'stream' must be true or false", "stream")
-    if not isinstance(data.get("ignore_eos", False), bool):
-        raise _BadRequest("'ignore_eos' must be true or false", "ignore_eos")
+        raise BadRequest(f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                         f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the "
+                         "completion).", "max_tokens")
+    stream = bool_field(data, "stream")
+    bool_field(data, "ignore_eos")
     options = data.get("stream_options")
     if options is not None and not isinstance(options, dict):
-        raise _BadRequest("'stream_options' must be an object", "stream_options")
+        raise BadRequest("'stream_options' must be an object", "stream_options")
     include_usage = bool(options and options.get("include_usage"))
     return _Completion(prompt_len, key, max_tokens, stream, include_usage)
-
-
-def _error(status: int, message: str, param: str | None = None) -> web.Response:
-    return web.Response(status=status, body=error_body(status, message, param), content_type="application/json")
 
 
 class _EngineCollector(Collector):
@@ -185,8 +172,7 @@ class EngineServer:
         self.successes = 0  # vllm:request_success_total: aborted requests never count
         self.aborts = 0  # requests the front end aborted (client gone, or the server stopping)
         self.refused = 0  # queue-cap 503s
-        self._scale = settings.time_scale
-        self._t0 = time.monotonic()
+        self.clock = ScaledClock(settings.time_scale)
         self._last = 0.0  # latest engine time handed to the core
         # Engine seconds by which batch ends were pushed back because the driver woke late (a loaded
         # machine): the engine then did less in the same time than its model says, so a measurement
@@ -206,7 +192,7 @@ class EngineServer:
 
     def now(self) -> float:
         """Engine seconds since start."""
-        return (time.monotonic() - self._t0) / self._scale
+        return self.clock.now()
 
     def _clock(self, at: float | None = None) -> float:
         """A time for the core: `at` (or now), never before a time it was already given."""
@@ -219,13 +205,9 @@ class EngineServer:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 << 20)
-        app.router.add_post("/v1/completions", self.completions)
-        app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/metrics", self.metrics)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/retrybench/engine", self.state)
-        return app
+        return new_app([web.post("/v1/completions", self.completions), web.get("/v1/models", self.models),
+                        web.get("/metrics", self.metrics), web.get("/retrybench/engine", self.state)],
+                       client_max_size=64 << 20)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Bind, start the driver (and the trace flusher); returns the bound port."""
@@ -236,12 +218,8 @@ class EngineServer:
                                    "time_scale": s.time_scale, "async_scheduling": s.async_scheduling,
                                    "max_num_queued_reqs": s.max_num_queued_reqs, "prefix_tokens": s.prefix_tokens})
         # The shutdown timeout only bounds stop(): every handler returns once it sees _stopping.
-        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, backlog=4096)
-        await site.start()
-        bound: int = self._runner.addresses[0][1]  # works on uvloop too
-        self._t0 = time.monotonic()
+        self._runner, bound = await start_app(self.app(), host, port, shutdown_timeout=2.0)
+        self.clock.restart()
         self._last = 0.0
         self.behind_s = 0.0
         self._tasks.append(asyncio.create_task(self._drive(), name="engine-driver"))
@@ -282,9 +260,8 @@ class EngineServer:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            delay = self._t0 + end * self._scale - time.monotonic()
-            # Always yield, so a late engine cannot starve the handlers.
-            await asyncio.sleep(delay if delay > 0 else 0)
+            # Always yield (a zero sleep once the end is due), so a late engine cannot starve the handlers.
+            await asyncio.sleep(self.clock.wall_until(end))
             if core.next_done_s() != end:
                 continue
             at = self._clock(end)
@@ -323,9 +300,6 @@ class EngineServer:
 
     # -- handlers ----------------------------------------------------------------------------
 
-    async def health(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
-
     async def models(self, request: web.Request) -> web.Response:
         name = self.model_name
         card = {"id": name, "object": "model", "created": self._created, "owned_by": "vllm", "root": name,
@@ -349,10 +323,10 @@ class EngineServer:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         try:
             parsed = _parse(await request.read(), self.profile.engine.max_model_len)
-        except _BadRequest as error:
-            return _error(400, str(error), error.param)
+        except BadRequest as error:
+            return error_response(400, str(error), error.param)
         if self._stopping:
-            return _error(503, "the engine is shutting down")
+            return error_response(503, "the engine is shutting down")
         rid = next(self._rids)
         core = self.core
         if not core.submit(rid, prompt_len=parsed.prompt_len, max_tokens=parsed.max_tokens,
@@ -377,7 +351,7 @@ class EngineServer:
         """vLLM's queue cap: a 503 before anything is sent, or, for a stream, an SSE error event in a
         200 response (the admission check runs inside the stream generator there)."""
         if not stream:
-            return _error(503, BUSY_MESSAGE)
+            return error_response(503, BUSY_MESSAGE)
         response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await response.prepare(request)
         await response.write(b"data: " + error_body(503, BUSY_MESSAGE) + b"\n\n" + _DONE)
@@ -428,7 +402,7 @@ class EngineServer:
             await entry.wake.wait()
             entry.wake.clear()
             if self._stopping:
-                return _error(503, "the engine is shutting down")
+                return error_response(503, "the engine is shutting down")
         choice = {"index": 0, "text": _TOKEN * parsed.max_tokens, "logprobs": None, "finish_reason": "length",
                   "stop_reason": None, "prompt_logprobs": None}
         return web.json_response({"id": f"cmpl-{entry.rid}", "object": "text_completion",
@@ -450,13 +424,7 @@ def _report_crash(task: asyncio.Task[None]) -> None:
 
 def serve_forever(settings: EngineServerSettings, host: str, port: int) -> None:
     """Run until SIGINT or SIGTERM, then end every stream and flush the trace."""
-
-    async def main() -> None:
-        server = EngineServer(settings)
-        bound = await server.start(host, port)
-        print(f"retrybench engine-server ready on http://{host}:{bound} ({server.model_name} on {settings.gpu}, "
-              f"time scale {settings.time_scale})", flush=True)
-        await until_signalled()
-        await server.stop()
-
-    run_event_loop(main)
+    serve_until_signalled(lambda: EngineServer(settings), host, port,
+                          lambda server, bound: f"retrybench engine-server ready on http://{host}:{bound} "
+                                                f"({server.model_name} on {settings.gpu}, time scale "
+                                                f"{settings.time_scale})")

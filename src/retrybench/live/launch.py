@@ -17,9 +17,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from retrybench.live.engine_server import EngineServerSettings
+if TYPE_CHECKING:  # for a type only: starting a vLLM process must not need the engine server's aiohttp
+    from retrybench.live.engine_server import EngineServerSettings
 
 __all__ = ["ServerProcess", "engine_server_command", "free_port"]
 

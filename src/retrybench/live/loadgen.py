@@ -27,7 +27,18 @@ from retrybench.atomicfile import write_atomic
 from retrybench.client import CallDelivered, CallFailed, RetryingClient, SendAttempt
 from retrybench.config import ClientPolicy
 from retrybench.live.aio import run_event_loop
-from retrybench.runlog import COMPLETED, ERROR, REFUSED_429, REFUSED_503, TIMED_OUT, AttemptRecord, CallRecord
+from retrybench.live.clock import ScaledClock
+from retrybench.runlog import (
+    COMPLETED,
+    ERROR,
+    REFUSED_429,
+    REFUSED_503,
+    TIMED_OUT,
+    AttemptOutcome,
+    AttemptRecord,
+    CallRecord,
+    FailedReason,
+)
 from retrybench.workload import Trace
 
 __all__ = ["LoadResult", "LoadgenSettings", "run_load", "run_loadgen"]
@@ -81,7 +92,7 @@ class _Attempt:
     attempt_no: int
     sent_s: float
     ended_s: float | None = None
-    outcome: str | None = None
+    outcome: AttemptOutcome | None = None
     execution_id: int | None = None
     first_token_s: float | None = None
     retry_after_s: float | None = None
@@ -93,7 +104,7 @@ class _CallState:
     attempts: int = 0  # attempts actually sent
     delivered_s: float | None = None
     failed_s: float | None = None
-    failed_reason: str | None = None
+    failed_reason: FailedReason | None = None
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -162,17 +173,9 @@ class _Load:
         self.wake: asyncio.Future[None] | None = None
         self.sleep_until = math.inf
         self.session: aiohttp.ClientSession | None = None
-        self.t0 = _clock()
+        self.clock = ScaledClock(settings.time_scale)  # trace seconds
         self.t0_unix = time.time()
-        self.started = self.t0
-
-    # -- time ----------------------------------------------------------------------------------
-
-    def _wall(self, trace_s: float) -> float:
-        return self.t0 + trace_s * self.settings.time_scale
-
-    def _trace_s(self, wall: float) -> float:
-        return (wall - self.t0) / self.settings.time_scale
+        self.started = self.clock.t0
 
     # -- bodies --------------------------------------------------------------------------------
 
@@ -196,7 +199,7 @@ class _Load:
         while self.built < len(self.order):
             now = _clock()
             index = self.order[self.built]
-            if now > due - _BUILD_MARGIN_S or self._wall(self.calls[index].arrival_s) > now + _LOOKAHEAD_S:
+            if now > due - _BUILD_MARGIN_S or self.clock.wall(self.calls[index].arrival_s) > now + _LOOKAHEAD_S:
                 return
             self._body(index)
             self.built += 1
@@ -208,7 +211,7 @@ class _Load:
         retry = self.heap[0] if self.heap else None
         if self.arrived < len(self.order):
             index = self.order[self.arrived]
-            due = self._wall(self.calls[index].arrival_s)
+            due = self.clock.wall(self.calls[index].arrival_s)
             if retry is None or due <= retry[0]:
                 return due, None, index
         if retry is None:
@@ -282,22 +285,22 @@ class _Load:
         if self.unsent == 0 and self.built < len(self.order):
             self._poke(-math.inf)  # the dispatcher may build bodies again
         self.lateness_ms.append((sent - due) * 1e3)
-        record = _Attempt(index, action.attempt_no, max(self._trace_s(sent), action.send_s))
+        record = _Attempt(index, action.attempt_no, max(self.clock.run_s(sent), action.send_s))
         self.records.append(record)
         self.states[index].attempts += 1
         self.in_flight += 1
-        deadline = asyncio.timeout(self._wall(action.deadline_s) - _clock())
+        deadline = asyncio.timeout(self.clock.wall(action.deadline_s) - _clock())
         try:
             async with deadline:
                 outcome = await self._exchange(record, body, headers)
-            now = max(self._trace_s(_clock()), record.sent_s)
+            now = max(self.clock.now(), record.sent_s)
         except TimeoutError:
             if not deadline.expired():
                 raise
             outcome, now = TIMED_OUT, action.deadline_s
         self._report(record, outcome, now)
 
-    async def _exchange(self, record: _Attempt, body: bytes, headers: dict[str, str]) -> str:
+    async def _exchange(self, record: _Attempt, body: bytes, headers: dict[str, str]) -> AttemptOutcome:
         """Send one attempt and read its answer; a cancellation (the deadline) closes the connection."""
         assert self.session is not None
         response: aiohttp.ClientResponse | None = None
@@ -326,7 +329,7 @@ class _Load:
                 else:
                     response.close()  # really close it: the proxy or engine must see the disconnect
 
-    async def _read_stream(self, record: _Attempt, response: aiohttp.ClientResponse) -> str:
+    async def _read_stream(self, record: _Attempt, response: aiohttp.ClientResponse) -> AttemptOutcome:
         first = True
         async for line in response.content:
             if not line.startswith(b"data:"):
@@ -338,18 +341,18 @@ class _Load:
             if code is not None:
                 return REFUSED_503 if first and code == 503 else ERROR
             if first:
-                record.first_token_s = self._trace_s(_clock())
+                record.first_token_s = self.clock.now()
                 first = False
         return ERROR  # the stream ended without [DONE]
 
-    def _report(self, record: _Attempt, outcome: str, now: float) -> None:
+    def _report(self, record: _Attempt, outcome: AttemptOutcome, now: float) -> None:
         record.outcome = outcome
         record.ended_s = now
         self.in_flight -= 1
         index = record.call_index
         action = self.client.on_outcome(index, record.attempt_no, outcome, now, record.retry_after_s)
         if isinstance(action, SendAttempt):
-            due = self._wall(action.send_s)
+            due = self.clock.wall(action.send_s)
             heapq.heappush(self.heap, (due, next(self.seq), action))
             self._poke(due)
             return
@@ -371,7 +374,7 @@ class _Load:
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
             self.session = session
             self.started = _clock()
-            self.t0 = self.started + _LEAD_S
+            self.clock.t0 = self.started + _LEAD_S
             self.t0_unix = time.time() + _LEAD_S
             progress = loop.create_task(self._progress())
             try:
@@ -399,7 +402,7 @@ class _Load:
 
     def result(self, interrupted: bool) -> LoadResult:
         """The run so far; attempts still open are closed at the current time as errors."""
-        now_s = self._trace_s(_clock())
+        now_s = self.clock.now()
         lateness = np.asarray(self.lateness_ms, dtype=float)
         if lateness.size:
             p50, p99, worst = (float(v) for v in np.percentile(lateness, [50, 99, 100]))

@@ -1,8 +1,10 @@
-"""What the proxy needs to know of the OpenAI-compatible API, as pure functions over bytes and headers.
+"""What the live servers need to know of the OpenAI-compatible API: errors, request checks, call identity.
 
-The proxy never rewrites a request: it reads just enough of it to validate it, to estimate its
-prompt size for the deadline check, and to build the coalescing key (tenant, call id and a hash
-of the whole body, so that a retry that differs in anything never attaches).
+The proxy and the engine server answer a bad request the way vLLM does (400, an OpenAI error
+object naming the bad field) from the same checks here. The proxy never rewrites a request: it
+reads just enough of it to validate it, to estimate its prompt size for the deadline check, and to
+build the coalescing key (tenant, call id and a hash of the whole body, so that a retry that
+differs in anything never attaches).
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
-__all__ = ["BadRequest", "ParsedRequest", "call_identity", "coalescing_key", "error_body", "parse_request"]
+from aiohttp import web
+
+__all__ = ["BadRequest", "ParsedRequest", "bool_field", "call_identity", "coalescing_key", "error_body",
+           "error_response", "is_positive_int", "is_token_ids", "json_object", "parse_request"]
 
 ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
                413: "RequestEntityTooLargeError", 429: "RateLimitError", 502: "BadGatewayError",
@@ -42,6 +47,45 @@ def error_body(status: int, message: str, param: str | None = None) -> bytes:
     return json.dumps({"error": error}).encode()
 
 
+def error_response(status: int, message: str, param: str | None = None,
+                   headers: Mapping[str, str] | None = None) -> web.Response:
+    """`error_body` as a JSON response with this status (and any extra headers)."""
+    return web.Response(status=status, body=error_body(status, message, param),
+                        headers={"Content-Type": "application/json", **(headers or {})})
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object; raises BadRequest when it is not one."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BadRequest(f"the body is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    return data
+
+
+def bool_field(data: Mapping[str, Any], name: str) -> bool:
+    """A true/false field, false when absent; raises BadRequest when it is anything else."""
+    value = data.get(name, False)
+    if not isinstance(value, bool):
+        raise BadRequest(f"'{name}' must be true or false", name)
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # JSON true is no token count
+
+
+def is_positive_int(value: Any) -> TypeGuard[int]:
+    return _is_int(value) and value >= 1
+
+
+def is_token_ids(value: Any) -> TypeGuard[list[int]]:
+    """A list of token ids (integers, not booleans); possibly empty."""
+    return isinstance(value, list) and all(_is_int(t) for t in value)
+
+
 def _text_tokens(text: str) -> int:
     return max(1, len(text.split()))
 
@@ -50,7 +94,7 @@ def _prompt_tokens(prompt: Any) -> int:
     if isinstance(prompt, str):
         return _text_tokens(prompt)
     if isinstance(prompt, list) and prompt:
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if is_token_ids(prompt):
             return len(prompt)
         if all(isinstance(p, str) for p in prompt):
             return sum(_text_tokens(p) for p in prompt)
@@ -76,23 +120,15 @@ def _messages_tokens(messages: Any) -> int:
 
 def parse_request(body: bytes, chat: bool) -> ParsedRequest:
     """Validate a completions (or chat completions) body; raises BadRequest."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise BadRequest(f"the body is not valid JSON: {error}") from None
-    if not isinstance(data, dict):
-        raise BadRequest("the body must be a JSON object")
+    data = json_object(body)
     prompt_tokens = _messages_tokens(data.get("messages")) if chat else _prompt_tokens(data.get("prompt"))
     max_tokens = data.get("max_completion_tokens" if chat and "max_completion_tokens" in data else "max_tokens",
                           DEFAULT_MAX_TOKENS)
     if max_tokens is None:
         max_tokens = DEFAULT_MAX_TOKENS
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+    if not is_positive_int(max_tokens):
         raise BadRequest("'max_tokens' must be a positive integer", "max_tokens")
-    stream = data.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("'stream' must be true or false", "stream")
-    return ParsedRequest(prompt_tokens, max_tokens, stream)
+    return ParsedRequest(prompt_tokens, max_tokens, bool_field(data, "stream"))
 
 
 def call_identity(headers: Mapping[str, str]) -> tuple[str, str | None]:

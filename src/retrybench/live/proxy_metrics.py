@@ -1,19 +1,17 @@
 """The proxy's Prometheus metrics: what it decided and what became of each execution.
 
 Counters are updated as decisions are taken; gauges read the proxy's state at scrape time, so
-they cannot drift from it.
+they cannot drift from it. The proxy hands over its core and a reader for each other gauge, so
+this module needs nothing of the server's.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
-from retrybench.control.proxy import Attach, Create, Decision
-
-if TYPE_CHECKING:
-    from retrybench.live.proxy_server import ProxyServer
+from retrybench.control.proxy import Attach, Create, Decision, ProxyCore
 
 __all__ = ["FATES", "ProxyMetrics"]
 
@@ -21,7 +19,11 @@ FATES = ("completed", "orphaned", "cancelled", "attached", "dropped", "refused",
 
 
 class ProxyMetrics:
-    def __init__(self, server: ProxyServer) -> None:
+    """The registry; `relays`, `subscribers` and `engine_waiting` read the proxy's gauges, `now`
+    its clock (policy seconds), each at scrape time."""
+
+    def __init__(self, core: ProxyCore, *, relays: Callable[[], int], subscribers: Callable[[], int],
+                 engine_waiting: Callable[[], int], now: Callable[[], float]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.attempts = Counter("retrybench_proxy_attempts", "Attempts received", registry=r)
@@ -32,23 +34,22 @@ class ProxyMetrics:
         self._decision = {name: self.decisions.labels(name) for name in ("created", "attached", "refused_429",
                                                                          "refused_503")}
         self._fate = {fate: self.executions.labels(fate) for fate in FATES}
-        core = server.core
         Gauge("retrybench_proxy_queue_depth", "Executions waiting in the proxy's queue",
               registry=r).set_function(lambda: core.waiting)
         Gauge("retrybench_proxy_outstanding", "Executions with an open upstream stream",
               registry=r).set_function(lambda: core.outstanding)
         Gauge("retrybench_proxy_relays", "Executions the proxy holds (queued or streaming)",
-              registry=r).set_function(lambda: len(server.relays))
+              registry=r).set_function(relays)
         Gauge("retrybench_proxy_subscribers", "Attempts connected and waiting for output",
-              registry=r).set_function(lambda: server.open_subscribers)
+              registry=r).set_function(subscribers)
         Gauge("retrybench_proxy_engine_waiting", "The engine's waiting gauge as last scraped",
-              registry=r).set_function(lambda: server.engine_waiting)
+              registry=r).set_function(engine_waiting)
         budget = core.budget
         if budget is not None:
             Gauge("retrybench_proxy_budget_first_attempts", "First attempts in the budget window",
-                  registry=r).set_function(lambda: budget.state(server.now())[0])
+                  registry=r).set_function(lambda: budget.state(now())[0])
             Gauge("retrybench_proxy_budget_retries", "Retries admitted in the budget window",
-                  registry=r).set_function(lambda: budget.state(server.now())[1])
+                  registry=r).set_function(lambda: budget.state(now())[1])
             Gauge("retrybench_proxy_budget_ratio", "Retries allowed per first attempt",
                   registry=r).set(budget.ratio)
 

@@ -3,10 +3,12 @@
 Each attempt is an HTTP request; its handler task is the attempt's *subscriber*. Each execution
 is a `Relay`: one upstream request, read by one task that forwards the upstream bytes unchanged
 to the live subscribers and keeps them (as bytes) for replay while a retry may still attach.
-aiohttp serves both sides: its C HTTP parser and `handler_cancellation` (a handler is cancelled
-the moment its client disconnects: while queued, before the first token or mid-stream) are what
-the overhead targets and the cancellation semantics need. Cancelling an execution closes its
-upstream connection, which is how vLLM learns to abort.
+aiohttp serves the client side: its C HTTP parser and `handler_cancellation` (a handler is
+cancelled the moment its client disconnects: while queued, before the first token or mid-stream)
+are what the overhead targets and the cancellation semantics need. The upstream side is the
+proxy's own HTTP/1.1 client on pooled keep-alive connections (upstream.py), which hands each read
+to the relay still chunk-framed; only the engine's /metrics scrape goes through aiohttp's client.
+Cancelling an execution closes its upstream connection, which is how vLLM learns to abort.
 """
 
 from __future__ import annotations
@@ -37,11 +39,21 @@ from retrybench.control.proxy import (
     SetTimer,
     Subscriber,
 )
-from retrybench.live.aio import bound_port, metric_sums, run_event_loop, until_signalled
+from retrybench.live.aio import metric_sums
+from retrybench.live.aiohttp_internals import prepare_raw_chunked, send_head
+from retrybench.live.clock import ScaledClock
 from retrybench.live.eventlog import EventLog
 from retrybench.live.http1 import ChunkedScanner, ResponseHead, frame_chunk
-from retrybench.live.openai_api import BadRequest, call_identity, coalescing_key, error_body, parse_request
+from retrybench.live.openai_api import (
+    BadRequest,
+    call_identity,
+    coalescing_key,
+    error_body,
+    error_response,
+    parse_request,
+)
 from retrybench.live.proxy_metrics import ProxyMetrics
+from retrybench.live.serving import new_app, serve_until_signalled, start_app
 from retrybench.live.upstream import UpstreamPool
 
 __all__ = ["ProxyServer", "ProxySettings"]
@@ -188,7 +200,10 @@ class ProxyServer:
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
         self.core = ProxyCore(settings.policy)
-        self.metrics = ProxyMetrics(self)
+        self.clock = ScaledClock(settings.time_scale)
+        self.metrics = ProxyMetrics(self.core, relays=lambda: len(self.relays),
+                                    subscribers=lambda: self.open_subscribers,
+                                    engine_waiting=lambda: self.engine_waiting, now=self.now)
         self.relays: dict[int, Relay] = {}
         self.open_subscribers = 0
         self.engine_waiting = 0
@@ -199,8 +214,6 @@ class ProxyServer:
         self._pool: UpstreamPool | None = None  # for executions
         self._runner: web.AppRunner | None = None
         self._scraper: asyncio.Task[None] | None = None
-        self._t0 = time.monotonic()
-        self._scale = settings.time_scale
         header = {"t0_unix": time.time(), "time_scale": settings.time_scale, "upstream": settings.upstream,
                   "policy": asdict(settings.policy)}
         self.log = EventLog(settings.log_path, header, keep=settings.keep_log)
@@ -209,13 +222,9 @@ class ProxyServer:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.settings.max_body_bytes)
-        for path in ROUTES:
-            app.router.add_post(path, self.handle_completion)
-        app.router.add_get("/health", self.handle_health)
-        app.router.add_get("/metrics", self.handle_metrics)
-        app.router.add_route("*", "/{tail:.*}", self.handle_unknown)
-        return app
+        routes = [web.post(path, self.handle_completion) for path in ROUTES]
+        routes += [web.get("/metrics", self.handle_metrics), web.route("*", "/{tail:.*}", self.handle_unknown)]
+        return new_app(routes, client_max_size=self.settings.max_body_bytes)
 
     async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
         """Bind and serve; returns the port (useful with port 0)."""
@@ -223,12 +232,9 @@ class ProxyServer:
         self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
                                               auto_decompress=False, skip_auto_headers=("User-Agent",))
         self._pool = UpstreamPool(self.upstream)
-        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, backlog=4096, reuse_address=True)
-        await site.start()
+        self._runner, bound = await start_app(self.app(), host, port, reuse_address=True)
         self._scraper = asyncio.create_task(self._housekeeping())
-        return bound_port(site)
+        return bound
 
     async def stop(self) -> None:
         for handle in self._timers.values():
@@ -251,7 +257,7 @@ class ProxyServer:
 
     def now(self) -> float:
         """Policy seconds since the proxy started (wall seconds / time_scale)."""
-        return (time.monotonic() - self._t0) / self._scale
+        return self.clock.now()
 
     def _log(self, event: dict[str, Any]) -> None:
         event.setdefault("t", self.now())
@@ -259,16 +265,13 @@ class ProxyServer:
 
     # -- small routes ------------------------------------------------------------------------
 
-    async def handle_health(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
-
     async def handle_metrics(self, request: web.Request) -> web.Response:
         body, content_type = self.metrics.render()
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def handle_unknown(self, request: web.Request) -> web.Response:
         status = 405 if request.path in ROUTES else 404
-        return _error(status, f"{request.method} {request.path} is not served here")
+        return error_response(status, f"{request.method} {request.path} is not served here")
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -289,11 +292,11 @@ class ProxyServer:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"the body is over the limit of {self.settings.max_body_bytes} bytes")
+            return error_response(413, f"the body is over the limit of {self.settings.max_body_bytes} bytes")
         try:
             parsed = parse_request(body, chat)
         except BadRequest as error:
-            return _error(400, str(error), error.param)
+            return error_response(400, str(error), error.param)
         tenant, given_id = call_identity(request.headers)
         call_index, attempt_no, call_id = self._attempt_number(tenant, given_id)
         key = coalescing_key(tenant, call_id, request.path, body)
@@ -336,29 +339,21 @@ class ProxyServer:
             if not relay.stream or relay.status != 200:
                 finished = True
                 if relay.status == 0:  # the proxy is shutting down
-                    return _error(503, "the proxy is shutting down")
+                    return error_response(503, "the proxy is shutting down")
                 return web.Response(status=relay.status, body=b"".join(relay.chunks),
                                     headers={**headers, "Content-Type": relay.content_type})
             response = web.StreamResponse(status=200, headers={**headers, "Content-Type": relay.content_type,
                                                                "Cache-Control": "no-cache"})
-            response.enable_chunked_encoding()
-            writer: Any = await response.prepare(request)
+            # From here on the relay writes the upstream's chunk-framed bytes to the socket itself.
+            writer = await prepare_raw_chunked(response, request)
             transport = request.transport
             if transport is None or transport.is_closing():
                 raise ConnectionResetError("the client left")
-            # From here on the relay writes the upstream's chunk-framed bytes to the socket itself:
-            # aiohttp sends the head now, and frames (and ends) nothing of the body.
-            writer.chunked = False
             sub.transport = transport
-            if relay.chunks:  # replay, sent with the head in one write, then live
-                sent = len(relay.chunks)
-                await writer.write(b"".join(relay.chunks[:sent]), drain=False)
-                if len(relay.chunks) > sent:  # arrived during that write; from here on nothing awaits
-                    transport.write(b"".join(relay.chunks[sent:]))
-            else:
-                send_headers = getattr(writer, "send_headers", None)
-                if send_headers is not None:
-                    send_headers()  # aiohttp >= 3.12 holds the head back until the first body write
+            sent = len(relay.chunks)  # a replay goes with the head in one write, then live bytes follow
+            await send_head(writer, b"".join(relay.chunks[:sent]))
+            if len(relay.chunks) > sent:  # arrived during that write; from here on nothing awaits
+                transport.write(b"".join(relay.chunks[sent:]))
             relay.pending -= 1
             joined = True
             if not relay.keep_replay and relay.pending == 0:
@@ -409,7 +404,7 @@ class ProxyServer:
                 self._arm_timer(action.at_s, action.execution_id)
 
     def _arm_timer(self, at_s: float, execution_id: int) -> None:
-        delay = max(at_s - self.now(), 0.0) * self._scale
+        delay = self.clock.wall_until(at_s)
         handle = asyncio.get_running_loop().call_later(delay, self._timer_due, at_s, execution_id)
         self._timers[(at_s, execution_id)] = handle
 
@@ -509,29 +504,16 @@ def _forward_headers(request: web.Request) -> dict[str, str]:
     return {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
 
 
-def _error(status: int, message: str, param: str | None = None,
-           headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, body=error_body(status, message, param),
-                        headers={"Content-Type": JSON, **(headers or {})})
-
-
 def _refusal(decision: Refuse) -> web.Response:
     if decision.status == 429:
         wait = decision.retry_after_s or 0.0
         headers = {"Retry-After": str(max(1, int(wait + 0.999))), "Retry-After-Ms": str(int(wait * 1000))}
-        return _error(429, "retry budget exhausted", headers=headers)
-    return _error(decision.status, "the proxy estimates this attempt would miss its deadline")
+        return error_response(429, "retry budget exhausted", headers=headers)
+    return error_response(decision.status, "the proxy estimates this attempt would miss its deadline")
 
 
 def serve_forever(settings: ProxySettings, host: str, port: int) -> None:
     """Run the proxy until SIGINT or SIGTERM, then close every stream and flush the log."""
-
-    async def main() -> None:
-        server = ProxyServer(settings)
-        bound = await server.start(host, port)
-        print(f"retrybench proxy on http://{host}:{bound} -> {settings.upstream}", flush=True)
-        await until_signalled()
-        await server.stop()
-
-    run_event_loop(main)
+    serve_until_signalled(lambda: ProxyServer(settings), host, port,
+                          lambda _, bound: f"retrybench proxy on http://{host}:{bound} -> {settings.upstream}")
 

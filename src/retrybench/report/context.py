@@ -1,9 +1,10 @@
 """The report's data: a plain dict built from run results (and, under pytest, the finding tests'
 outcomes). Pure: no files, no clock, no matplotlib; render.py turns it into HTML.
 
-Verdicts come from measured numbers: from the claim checks (claims.py) for `retrybench reproduce`,
-or from the tests' outcomes when pytest built the report (a strict xfail is "not reproduced", with
-its reason, which carries the measured numbers).
+Verdicts come from measured numbers: from the registered claims checked on the runs (verdicts.py)
+for `retrybench reproduce`, or from the outcomes of the finding tests asserting those same claims when
+pytest built the report (a strict xfail is "not reproduced", with its reason, which carries the
+measured numbers).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from statistics import fmean
 from typing import Any
 
 from retrybench.blocks import BLOCKS, DIAGNOSTIC, PRIMARY_MODEL, paper_runs
+from retrybench.claims import ROWS, Row, claim
 from retrybench.paper import paper_values
 from retrybench.report import fmt
-from retrybench.report.claims import FINDINGS, NOT_REPRODUCED, NOT_RUN, REPRODUCED, Check, Finding, checks_of, verdict
 from retrybench.report.headlines import HEADLINES
 from retrybench.report.runs import Entry, RunSet, spec_of
+from retrybench.report.verdicts import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNCERTAIN, ClaimCheck, checks_of, verdict
+from retrybench.results import Result, RunSummary, is_failed
 
 __all__ = ["build_context", "run_file_name"]
 
@@ -38,12 +41,12 @@ def run_file_name(result: Mapping[str, Any]) -> str:
     return f"{s.model}-{s.gpu}-{s.condition}-seed{s.seed}-pulse{s.pulse_x}-{s.max_batched_tokens}{extra}.json"
 
 
-def build_context(results: Iterable[Mapping[str, Any]], meta: Mapping[str, Any], runs: int | None = None,
+def build_context(results: Iterable[Result], meta: Mapping[str, Any], runs: int | None = None,
                   tests: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Everything the report shows. `meta`: engine, wall time, versions, commit (meta.py gathers them);
     `runs`: the run count per block (None: the paper's); `tests`: finding-test outcomes under pytest, each
     {nodeid, name (test function), markers, outcome (passed | failed | xfailed | skipped), reason,
-    properties [[name, value]]}."""
+    properties [[name, value]], claims [claim ids]}."""
     rs = RunSet(results, runs)
     checks = checks_of(rs)
     outcomes = _group_tests(tests) if tests is not None else None
@@ -51,11 +54,12 @@ def build_context(results: Iterable[Mapping[str, Any]], meta: Mapping[str, Any],
         "meta": dict(meta),
         "source": "pytest" if tests is not None else "reproduce",
         "counts": _counts(rs),
-        "summary": [_summary_row(f, checks[f.key], rs, outcomes) for f in FINDINGS],
-        "checks": [{"finding": f.title, "claim": c.claim, "subject": c.subject,
+        "summary": [_summary_row(row, checks[row.key], rs, outcomes) for row in ROWS],
+        "checks": [{"finding": row.title, "claim": c.claim.wording, "id": c.claim.id, "subject": c.subject.label(),
+                    "thresholds": fmt.value(dict(c.claim.thresholds)) if c.claim.thresholds else "",
                     "held": {True: "yes", False: "no", None: "not evaluated"}[c.passed],
                     "measured": fmt.value(c.measured) if c.measured else c.note, "paper": fmt.value(c.paper)}
-                   for f in FINDINGS for c in checks[f.key]],
+                   for row in ROWS for c in checks[row.key]],
         "table2": _table2(rs),
         "table3": _table3(rs),
         "figures": {"fig1": _fig1(rs), "fig3": _fig3(rs), "fig4": _fig4(rs), "fig5": _fig5(rs),
@@ -63,7 +67,7 @@ def build_context(results: Iterable[Mapping[str, Any]], meta: Mapping[str, Any],
         "blocks": [_block(name, rs) for name in BLOCKS if rs.block_entries(name)],
         "setup": _setup(rs),
         "failed": [{"spec": _describe(e), "block": e.block, "error": e.result["error"]}
-                   for e in rs.entries if e.failed],
+                   for e in rs.entries if is_failed(e.result)],
         "tests": [dict(t) for t in tests] if tests is not None else None,
         "files": sorted({run_file_name(r) for r in rs.results}),
     }
@@ -72,18 +76,17 @@ def build_context(results: Iterable[Mapping[str, Any]], meta: Mapping[str, Any],
 # -- summary ----------------------------------------------------------------------------------------------
 
 def _counts(rs: RunSet) -> dict[str, int]:
-    ok = [e for e in rs.entries if not e.failed]
+    ok = rs.summaries()
     return {"runs": len(rs.entries), "unique": len(rs), "failed": len(rs.entries) - len(ok),
-            "recovered": sum(1 for e in ok if e.result["recovered"]),
+            "recovered": sum(1 for r in ok if r["recovered"]),
             "paper_runs": PAPER["recovered_runs"]["runs"], "paper_recovered": PAPER["recovered_runs"]["recovered"]}
 
 
-def _figures(finding: Finding, checks: Sequence[Check]) -> list[dict[str, str]]:
-    """The finding's headline figures: the paper's, and the measured ones over every evaluated check."""
+def _figures(row: Row, checks: Sequence[ClaimCheck]) -> list[dict[str, str]]:
+    """The row's headline figures: the paper's, and the measured ones over every evaluated check."""
     rows = []
-    for head in HEADLINES.get(finding.key, ()):
-        chosen = [c for c in checks if c.claim.startswith(head.claim) and head.subject in c.subject
-                  and head.metric in c.measured]
+    for head in HEADLINES.get(row.key, ()):
+        chosen = [c for c in checks if head.matches(c.claim.id, c.subject) and head.metric in c.measured]
         if not chosen:
             continue
         paper = next((c.paper[head.metric] for c in chosen if head.metric in c.paper), None)
@@ -108,25 +111,26 @@ def _over_runs(values: Sequence[Any]) -> str:
     return "; ".join(fmt.value(v) for v in values)
 
 
-def _summary_row(finding: Finding, checks: list[Check], rs: RunSet,
+def _summary_row(row: Row, checks: list[ClaimCheck], rs: RunSet,
                  outcomes: Mapping[str, list[Mapping[str, Any]]] | None) -> dict[str, Any]:
-    figures = _section65_figures(rs) if finding.key == "section65" else _figures(finding, checks)
-    failing = [f"{c.claim} — {c.subject}: {fmt.value(c.measured)}" for c in checks if c.passed is False]
-    failing += [f"{c.claim} — {c.subject}: {c.note}" for c in checks if c.note.startswith("run failed")]
-    row: dict[str, Any] = {"key": finding.key, "title": finding.title, "claim": finding.claim,
+    figures = _section65_figures(rs) if row.key == "section65" else _figures(row, checks)
+    failing = [f"{c.claim.wording} — {c.subject.label()}: failed {'; '.join(c.failed_parts)}; "
+               f"{fmt.value(c.measured)}" for c in checks if c.passed is False]
+    failing += [f"{c.claim.wording} — {c.subject.label()}: {c.note}" for c in checks
+                if c.note.startswith("run failed")]
+    out: dict[str, Any] = {"key": row.key, "title": row.title, "claim": row.claim,
                            "figures": figures, "checks": len([c for c in checks if c.passed is not None]),
-                           "passed": sum(1 for c in checks if c.passed), "verdict": verdict(finding, checks),
+                           "passed": sum(1 for c in checks if c.passed), "verdict": verdict(row, checks),
                            "reasons": failing, "basis": "claim checks on the runs", "tally": None}
     if outcomes is not None:
-        tests = outcomes.get(finding.key, [])
-        row.update(_verdict_from_tests(finding, tests))
-    return row
+        out.update(_verdict_from_tests(row, outcomes.get(row.key, [])))
+    return out
 
 
-def _verdict_from_tests(finding: Finding, tests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _verdict_from_tests(row: Row, tests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     tally = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "xfailed", "skipped")}
-    if finding.uncertain:
-        result = "uncertain in the paper" if tests else NOT_RUN
+    if row.uncertain:
+        result = UNCERTAIN if tests else NOT_RUN
     elif tally["failed"] or tally["xfailed"]:
         result = NOT_REPRODUCED
     elif tally["passed"]:
@@ -138,24 +142,18 @@ def _verdict_from_tests(finding: Finding, tests: Sequence[Mapping[str, Any]]) ->
 
 
 def _group_tests(tests: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    """Tests by summary row: a row that names its test functions takes them from its marker's row."""
-    claimed = {name: f.key for f in FINDINGS for name in f.tests}
+    """Tests by summary row: the row of the claim each test asserts."""
     grouped: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for test in tests:
-        name = str(test["name"]).split("[")[0]
-        if name in claimed:
-            grouped[claimed[name]].append(test)
-            continue
-        for marker in test.get("markers", ()):
-            if any(f.key == marker for f in FINDINGS):
-                grouped[marker].append(test)
+        for row in sorted({claim(claim_id).row.key for claim_id in test.get("claims", ())}):
+            grouped[row].append(test)
     return grouped
 
 
 def _section65_figures(rs: RunSet) -> list[dict[str, str]]:
-    ok = [e.result for e in rs.entries if not e.failed]
-    above = sum(1 for r in ok if r["recovered"] and r["created_x"] >= 1.0)
-    below = sum(1 for r in ok if not r["recovered"] and r["created_x"] < 1.0)
+    ok = [r for r in rs.summaries() if r["created_x"] is not None]
+    above = sum(1 for r in ok if r["recovered"] and (r["created_x"] or 0.0) >= 1.0)
+    below = sum(1 for r in ok if not r["recovered"] and (r["created_x"] or 0.0) < 1.0)
     paper = PAPER["recovered_runs"]
     return [
         {"name": "recovered runs", "paper": f"{paper['recovered']} of {paper['runs']}",
@@ -172,14 +170,14 @@ TABLE2_CONDITIONS = (("retries-on-cancel-on", "on", "on"), ("retries-off-cancel-
                      ("retries-off-cancel-off", "off", "off"), ("retries-on-cancel-off", "on", "off"))
 
 
-def _runs_of(rs: RunSet, block: str, model: str, condition: str, **where: Any) -> list[dict[str, Any]]:
+def _runs_of(rs: RunSet, block: str, model: str, condition: str, **where: Any) -> list[RunSummary]:
     out = []
     for e in rs.block_entries(block):
-        s = e.spec
-        if e.failed or s.model != model or s.condition != condition:
+        s, summary = e.spec, e.summary
+        if summary is None or s.model != model or s.condition != condition:
             continue
         if all(getattr(s, k) == v for k, v in where.items()):
-            out.append(e.result)
+            out.append(summary)
     return out
 
 
@@ -247,7 +245,7 @@ def _fig3(rs: RunSet) -> dict[str, Any]:
         runs = _runs_of(rs, "diagnostic", PRIMARY_MODEL, condition)
         if runs:
             bars.append({"condition": condition, "runs": len(runs),
-                         **{k: fmean(r[k] for r in runs) for k in ("created_x", "accepted_x", "completed_x")}})
+                         **{k: fmean(r[k] or 0.0 for r in runs) for k in ("created_x", "accepted_x", "completed_x")}})
     return {"model": PRIMARY_MODEL, "bars": bars}
 
 
@@ -256,10 +254,10 @@ def _fig4(rs: RunSet) -> dict[str, Any]:
     bars = []
     block = BLOCKS["tracing"]
     for entry in rs.block_entries("tracing"):
-        r, s = entry.result, entry.spec
-        if entry.failed or r.get("aborted_prompt_share_pct") is None:
+        r, s = entry.summary, entry.spec
+        aborted = r.get("aborted_prompt_share_pct") if r is not None else None
+        if r is None or aborted is None:
             continue
-        aborted = r["aborted_prompt_share_pct"]
         in_flight = aborted * (r["in_flight_share_pct"] or 0.0) / 100
         steps = "2K" if s.max_batched_tokens == 2048 else "8K"
         cancel = "on" if "cancel-on" in s.condition else "off"
@@ -289,18 +287,19 @@ def _fig5(rs: RunSet) -> dict[str, Any]:
     return {"model": PRIMARY_MODEL, "groups": groups}
 
 
-def _share(run: Mapping[str, Any], cohort: str, kind: str) -> float:
-    delivered = run[f"{cohort}_delivered_pct"] or 0.0
-    timely = run[f"{cohort}_timely_pct"] or 0.0
+def _share(run: RunSummary, cohort: str, kind: str) -> float:
+    delivered, timely = {"primary": (run["primary_delivered_pct"], run["primary_timely_pct"]),
+                         "pulse": (run["pulse_delivered_pct"], run["pulse_timely_pct"])}[cohort]
+    delivered, timely = delivered or 0.0, timely or 0.0
     return float({"timely": timely, "late": delivered - timely, "undelivered": 100.0 - delivered}[kind])
 
 
 def _fig6(rs: RunSet) -> dict[str, Any]:
     """Every run: primary-cohort delivery within 120 s against the creation rate at the proxy."""
     points = [{"block": e.block, "condition": e.spec.condition, "model": e.spec.model, "seed": e.spec.seed,
-               "created_x": e.result["created_x"], "primary_timely_pct": e.result["primary_timely_pct"] or 0.0,
-               "recovered": bool(e.result["recovered"])}
-              for e in rs.entries if not e.failed and e.result.get("created_x") is not None]
+               "created_x": r["created_x"], "primary_timely_pct": r["primary_timely_pct"] or 0.0,
+               "recovered": bool(r["recovered"])}
+              for e in rs.entries if (r := e.summary) is not None and r["created_x"] is not None]
     return {"points": points}
 
 
@@ -327,9 +326,9 @@ def _block(name: str, rs: RunSet) -> dict[str, Any]:
 
 def _setup(rs: RunSet) -> dict[str, Any]:
     builds: dict[tuple[str, str, bool], set[float]] = defaultdict(set)
-    for r in rs.results:
-        if "error" not in r:
-            builds[(r["model"], r["gpu"], bool(r["mixed_prompts"]))].add(r["chat"])
+    summaries = [r for r in rs.results if not is_failed(r)]
+    for r in summaries:
+        builds[(r["model"], r["gpu"], bool(r["mixed_prompts"]))].add(r["chat"])
     return {
         "chat": [{"model": m, "gpu": g, "prompts": "mixed" if mixed else "12,000-token",
                   "measured": fmt.span(sorted(v), 2),
@@ -337,6 +336,6 @@ def _setup(rs: RunSet) -> dict[str, Any]:
                  for (m, g, mixed), v in sorted(builds.items())],
         "gpus": sorted({str(r["gpu"]) for r in rs.results}),
         "models": sorted({str(r["model"]) for r in rs.results}),
-        "code_versions": sorted({str(r.get("code_version")) for r in rs.results if "code_version" in r}),
-        "run_wall_s": round(sum(float(r.get("wall_s", 0.0)) for r in rs.results), 1),
+        "code_versions": sorted({str(r.get("code_version")) for r in summaries if "code_version" in r}),
+        "run_wall_s": round(sum(float(r.get("wall_s", 0.0)) for r in summaries), 1),
     }

@@ -1,5 +1,5 @@
-"""The runs a report is built from: run summaries (runner.run_one's dicts), each placed in the blocks
-of Table 1 whose run specs it matches.
+"""The runs a report is built from: run results (results.RunSummary, or a failed run's record), each
+placed in the blocks of Table 1 whose run specs it matches.
 
 A simulated run's result depends only on its spec, so one result can serve two blocks (the diagnostic
 block's retries-on run at 2.7 C-hat is also a trigger-sweep run); it is then listed in both, as the
@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from retrybench.blocks import BLOCKS, block_specs
+from retrybench.results import Result, RunSummary, is_failed
 from retrybench.spec import RunSpec
 
 __all__ = ["Entry", "MissingRun", "RunFailed", "RunSet", "spec_of"]
@@ -39,7 +40,7 @@ class Entry:
     """One run of one block: the paper's unit of counting."""
 
     block: str
-    result: dict[str, Any]
+    result: Result
 
     @property
     def spec(self) -> RunSpec:
@@ -47,19 +48,22 @@ class Entry:
 
     @property
     def failed(self) -> bool:
-        return "error" in self.result
+        return is_failed(self.result)
+
+    @property
+    def summary(self) -> RunSummary | None:
+        """The run's summary, or None for a failed run."""
+        return None if is_failed(self.result) else self.result
 
 
 class RunSet:
     """Run results indexed by spec, and the block entries they make up."""
 
-    def __init__(self, results: Iterable[Mapping[str, Any]], runs: int | None = None) -> None:
+    def __init__(self, results: Iterable[Result], runs: int | None = None) -> None:
         """`runs`: how many runs (seeds 1..runs) each block has; None for the paper's counts. A
         result is a block's run only within that count (seed 3 of the diagnostic block is not a
         trigger-sweep run, though its spec is one of the sweep's at more runs)."""
-        self._by_spec: dict[RunSpec, dict[str, Any]] = {}
-        for result in results:
-            self._by_spec[spec_of(result)] = dict(result)
+        self._by_spec: dict[RunSpec, Result] = {spec_of(result): result for result in results}
         self.runs = runs
         self.entries = _entries(self._by_spec, runs)
 
@@ -67,21 +71,26 @@ class RunSet:
         return len(self._by_spec)
 
     @property
-    def results(self) -> list[dict[str, Any]]:
+    def results(self) -> list[Result]:
         return list(self._by_spec.values())
 
-    def find(self, model: str, condition: str, seed: int, **overrides: Any) -> dict[str, Any] | None:
+    def find(self, model: str, condition: str, seed: int, **overrides: Any) -> Result | None:
         """The result of this spec (RunSpec's defaults for what is not given), or None."""
         return self._by_spec.get(RunSpec(model=model, condition=condition, seed=seed, **overrides))
 
-    def run(self, model: str, condition: str, seed: int, **overrides: Any) -> dict[str, Any]:
-        """Like find, but raises MissingRun or RunFailed: what a claim check needs."""
+    def run(self, model: str, condition: str, seed: int, **overrides: Any) -> RunSummary:
+        """Like find, but raises MissingRun or RunFailed: what a claim check needs (a claims.Fetch)."""
         found = self.find(model, condition, seed, **overrides)
         if found is None:
             raise MissingRun(f"{model} {condition} seed {seed} {overrides or ''}".strip())
-        if "error" in found:
+        if is_failed(found):
             raise RunFailed(f"{model} {condition} seed {seed}: {found['error']}")
         return found
+
+    def summaries(self, block: str | None = None) -> list[RunSummary]:
+        """The summaries of the block entries that did not fail (of one block, or of all)."""
+        entries = self.entries if block is None else self.block_entries(block)
+        return [e.summary for e in entries if e.summary is not None]
 
     def block_entries(self, block: str) -> list[Entry]:
         return [e for e in self.entries if e.block == block]
@@ -93,7 +102,7 @@ class RunSet:
         return sorted((p for p in present if p[0] in wanted), key=lambda p: (wanted.index(p[0]), p[1]))
 
 
-def _entries(by_spec: Mapping[RunSpec, dict[str, Any]], runs: int | None) -> list[Entry]:
+def _entries(by_spec: Mapping[RunSpec, Result], runs: int | None) -> list[Entry]:
     """Every (block, result) whose spec is one of the block's, in Table 1's block order."""
     specs = list(by_spec)
     entries = []

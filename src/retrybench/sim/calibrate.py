@@ -5,31 +5,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import fmean
 
-from retrybench.analysis.calibrate import Calibration, calibration_from_log, stage_plan
-from retrybench.config import ClientPolicy, ProxyPolicy, WorkloadSpec
+from retrybench.analysis.calibrate import (
+    CALIBRATION_CLIENT,
+    FIRST_STAGE_RATE,
+    SATURATION_PER_S,
+    STAGE_FACTOR,
+    STAGE_S,
+    STAGES,
+    Calibration,
+    calibration_from_log,
+    stage_plan,
+)
+from retrybench.config import ProxyPolicy, WorkloadSpec
 from retrybench.engine.profiles import EngineProfile
 from retrybench.sim.run import simulate
 from retrybench.workload import concat_calls, stage_trace
 
-__all__ = ["CALIBRATION_SEEDS", "FIRST_STAGE_RATE", "RepeatedCalibration", "average_calibrations", "calibrate",
-           "calibrate_repeated"]
+__all__ = ["CALIBRATION_SEEDS", "RepeatedCalibration", "average_calibrations", "calibrate", "calibrate_repeated"]
 
-# 0.2 calls/s x 1.5^5 = 1.52 calls/s: the stage at which the paper reports TTFT and E2E.
-FIRST_STAGE_RATE = 0.2
-STAGES = 11
 # One 300-s stage carries Poisson noise of several percent in C-hat (about +-8% here over seeds), so
 # the calibration is repeated on independent traces and averaged.
 CALIBRATION_SEEDS = 5
 
 
 def calibrate(profile: EngineProfile, *, seed: int = 0, spec: WorkloadSpec | None = None,
-              first_rate: float = FIRST_STAGE_RATE, factor: float = 1.5, stage_s: float = 300.0,
-              threshold_per_s: float = 0.1, stages: int = STAGES) -> Calibration:
+              first_rate: float = FIRST_STAGE_RATE, factor: float = STAGE_FACTOR, stage_s: float = STAGE_S,
+              threshold_per_s: float = SATURATION_PER_S, stages: int = STAGES) -> Calibration:
     """Stages of constant-rate calls, without retries, sent straight to the engine."""
     spec = spec or WorkloadSpec(chat_calls_per_s=1.0)
     plan = stage_plan(first_rate, factor, stages, stage_s)
     calls = concat_calls([stage_trace(rate, stage_s, seed, spec, start_s=start) for rate, start, _ in plan])
-    log = simulate(profile, calls, client=ClientPolicy(retries=False, attempt_timeout_s=1e9),
+    log = simulate(profile, calls, client=CALIBRATION_CLIENT,
                    proxy=ProxyPolicy(cancellation="off"), seed=seed, meta={"calibration": True},
                    prefix_tokens=spec.shared_prefix_tokens, stop_s=plan[-1][2])
     return calibration_from_log(log, plan, threshold_per_s)

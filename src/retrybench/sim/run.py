@@ -33,7 +33,16 @@ from retrybench.control.proxy import (
 from retrybench.engine.core import EngineCore
 from retrybench.engine.profiles import EngineProfile
 from retrybench.gcpause import cyclic_gc_paused
-from retrybench.runlog import AttemptRecord, CallRecord, ExecutionRecord, QueueSamples, RunLog
+from retrybench.runlog import (
+    AttemptOutcome,
+    AttemptRecord,
+    CallRecord,
+    ExecutionRecord,
+    FailedReason,
+    Fate,
+    QueueSamples,
+    RunLog,
+)
 from retrybench.sim.loop import EventLoop
 from retrybench.workload import Call
 
@@ -53,7 +62,7 @@ class _Attempt:
     execution_id: int | None = None
     first_token_s: float | None = None
     ended_s: float | None = None
-    outcome: str | None = None
+    outcome: AttemptOutcome | None = None
     retry_after_s: float | None = None
     attached: bool = False
     refused_live: bool = False
@@ -64,7 +73,7 @@ class _Call:
     call: Call
     delivered_s: float | None = None
     failed_s: float | None = None
-    failed_reason: str | None = None
+    failed_reason: FailedReason | None = None
 
 
 class _Sim:
@@ -191,8 +200,8 @@ class _Sim:
         decision = self.proxy.on_attempt(attempt, now, engine_waiting=self.engine.num_waiting)
         if isinstance(decision, Refuse):
             record.refused_live = decision.live
-            outcome = runlog.REFUSED_429 if decision.status == 429 else runlog.REFUSED_503
-            self._end_attempt(record, outcome, now, decision.retry_after_s)
+            refused: AttemptOutcome = runlog.REFUSED_429 if decision.status == 429 else runlog.REFUSED_503
+            self._end_attempt(record, refused, now, decision.retry_after_s)
             return
         record.execution_id = decision.execution_id
         self.loop.push(record.deadline_s, _DEADLINE, record)
@@ -212,7 +221,7 @@ class _Sim:
         self._end_attempt(record, runlog.TIMED_OUT, now)
         self._apply(self.proxy.on_subscriber_left((record.call_index, record.attempt_no), now), now)
 
-    def _end_attempt(self, record: _Attempt, outcome: str, now: float,
+    def _end_attempt(self, record: _Attempt, outcome: AttemptOutcome, now: float,
                      retry_after_s: float | None = None) -> None:
         record.outcome = outcome
         record.ended_s = now
@@ -246,8 +255,8 @@ class _Sim:
                 self.delivered_to_subscriber.add(record.execution_id)
             self._end_attempt(record, runlog.COMPLETED, now)
         elif action.kind == "refused":
-            outcome = runlog.REFUSED_429 if action.status == 429 else runlog.REFUSED_503
-            self._end_attempt(record, outcome, now, action.retry_after_s)
+            refused: AttemptOutcome = runlog.REFUSED_429 if action.status == 429 else runlog.REFUSED_503
+            self._end_attempt(record, refused, now, action.retry_after_s)
 
     def _dispatch(self, execution_id: int, now: float) -> None:
         call_index, _attempt_no, _created = self.execution_created[execution_id]
@@ -293,6 +302,7 @@ class _Sim:
         stats = self.engine.stats.get(eid)
         state = self.proxy.executions[eid]
         finished = stats is not None and stats.finished_s is not None
+        fate: Fate
         if eid in self.refused:
             fate = runlog.FATE_REFUSED
         elif state.state == "dropped":

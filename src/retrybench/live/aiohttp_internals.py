@@ -1,0 +1,42 @@
+"""The only place retrybench reaches past aiohttp's public API: a chunked response whose body the
+proxy frames itself.
+
+The proxy forwards the upstream's chunk-framed bytes to each client's socket unchanged (one write
+per upstream read, no re-framing), so aiohttp must send a chunked response's head and then frame
+and end nothing of its body. aiohttp has no public switch for that; these functions use its
+`StreamWriter` (aiohttp/http_writer.py, as of 3.14): the `chunked` flag, `write(..., drain=False)`
+and `send_headers()` (from 3.12; skipped where absent). tests/live/test_aiohttp_internals.py pins
+what they do on the wire and that the installed aiohttp is in the range pyproject.toml declares;
+run it against a new aiohttp release before widening the range.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["prepare_raw_chunked", "send_head"]
+
+
+async def prepare_raw_chunked(response: web.StreamResponse, request: web.BaseRequest) -> Any:
+    """Prepare `response` as a chunked stream whose body the caller writes already chunk-framed
+    (to `request.transport`, or with `send_head`); returns aiohttp's writer for `send_head`.
+    From here on aiohttp frames nothing and `write_eof` adds no last chunk: the caller sends it."""
+    response.enable_chunked_encoding()
+    writer: Any = await response.prepare(request)
+    writer.chunked = False
+    return writer
+
+
+async def send_head(writer: Any, body_start: bytes) -> None:
+    """Send the response head now, followed by `body_start` (chunk-framed bytes) if there are any.
+    Since 3.12 aiohttp's writer can buffer the head until the first body write (it coalesces them);
+    a relay whose first bytes go straight to the transport would then send its head after its
+    first token, or never."""
+    if body_start:
+        await writer.write(body_start, drain=False)
+        return
+    send_headers = getattr(writer, "send_headers", None)
+    if send_headers is not None:  # a no-op once the head is out (prepare() sent it before 3.12)
+        send_headers()

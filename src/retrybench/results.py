@@ -1,0 +1,133 @@
+"""The shape of a run's result: one typed, read-only record that analysis produces and the claims, the
+report, the command line and the tests read.
+
+A result stays a plain dict at run time (it is cached as JSON, sent between pytest-xdist workers and
+printed by `retrybench run --json` with these very keys), but its keys and value types are declared
+here, so a mistyped key is a type error, not a KeyError after an hour of runs.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from typing_extensions import ReadOnly, TypeIs
+
+__all__ = ["FailedRun", "LiveFields", "Metrics", "PromptWork", "Result", "RetryTiming", "RunSummary", "Series",
+           "SpecFields", "is_failed"]
+
+
+class SpecFields(TypedDict):
+    """The run's spec (spec.RunSpec's fields); `engine_cap` is the resolved cap in a summary."""
+
+    model: ReadOnly[str]
+    condition: ReadOnly[str]
+    seed: ReadOnly[int]
+    gpu: ReadOnly[str]
+    pulse_x: ReadOnly[float]
+    max_batched_tokens: ReadOnly[int]
+    mixed_prompts: ReadOnly[bool]
+    engine_cap: ReadOnly[int | None]
+    trace: ReadOnly[bool]
+    token_scale: ReadOnly[float]
+
+
+class Metrics(TypedDict):
+    """Section 3.2's metrics of one run log (analysis.summarize): recovery, cohort delivery, rates, and
+    the raw counts they come from, with what the overload controls did."""
+
+    recovered: ReadOnly[bool]
+    recovery_s: ReadOnly[float | None]
+    primary_delivered_pct: ReadOnly[float | None]
+    primary_timely_pct: ReadOnly[float | None]
+    pulse_delivered_pct: ReadOnly[float | None]
+    pulse_timely_pct: ReadOnly[float | None]
+    hold_delivered_pct: ReadOnly[float | None]
+    hold_timely_pct: ReadOnly[float | None]
+    created_x: ReadOnly[float | None]
+    accepted_x: ReadOnly[float | None]
+    completed_x: ReadOnly[float | None]
+    retry_share_pct: ReadOnly[float | None]
+    mean_waiting: ReadOnly[float | None]
+    littles_law_waiting: ReadOnly[float | None]
+    mean_waiting_pct_of_littles_law: ReadOnly[float | None]
+    attempts: ReadOnly[int]
+    retries: ReadOnly[int]
+    executions_created: ReadOnly[int]
+    executions_accepted: ReadOnly[int]
+    executions_refused: ReadOnly[int]
+    executions_cancelled: ReadOnly[int]
+    calls: ReadOnly[int]
+    calls_delivered: ReadOnly[int]
+    calls_failed: ReadOnly[int]
+    retries_refused: ReadOnly[int]
+    retries_refused_live: ReadOnly[int]
+    retries_attached: ReadOnly[int]
+    retries_attached_pct: ReadOnly[float | None]
+    attempts_refused_deadline: ReadOnly[int]
+    executions_dropped: ReadOnly[int]
+    engine_refused: ReadOnly[int]
+    gave_up_retry_after: ReadOnly[int]
+
+
+class RetryTiming(TypedDict):
+    """Section 5.2's retry timing and 5.3's counter check, from the run log (analysis.section5)."""
+
+    retries_never_scheduled_pct: ReadOnly[float | None]
+    retry_first_scheduled_after_abort_median_s: ReadOnly[float | None]
+    retry_time_left_at_first_step_median_s: ReadOnly[float | None]
+    retry_time_left_at_first_step_p90_s: ReadOnly[float | None]
+    abort_after_first_step_median_s: ReadOnly[float | None]
+    counter_rule_error_pct: ReadOnly[float | None]
+    counter_gap_pct: ReadOnly[float | None]
+
+
+class PromptWork(TypedDict, total=False):
+    """Section 5.1's attribution of prompt work and step time, from the engine trace: only traced runs
+    have these keys."""
+
+    aborted_prompt_share_pct: ReadOnly[float | None]
+    in_flight_share_pct: ReadOnly[float | None]
+    missed_share_pct: ReadOnly[float | None]
+    missed_share_last240_pct: ReadOnly[float | None]
+    aborted_unscheduled: ReadOnly[int]
+    preempted_execution_prompt_tokens: ReadOnly[int]
+    step_time_aborted_share_pct: ReadOnly[list[float | None]]  # [lowest, highest] over the rules
+    step_time_aborted_share_by_rule_pct: ReadOnly[dict[str, float | None]]
+
+
+class Series(TypedDict):
+    """Figure 1's time series."""
+
+    delivered_per_60s: ReadOnly[list[int]]
+    waiting_step_s: ReadOnly[int]
+    waiting: ReadOnly[list[int]]
+
+
+class LiveFields(TypedDict, total=False):
+    """Where a live run ran: only live runs have these keys."""
+
+    engine: ReadOnly[str]
+    workdir: ReadOnly[str]
+
+
+class RunSummary(SpecFields, Metrics, RetryTiming, PromptWork, LiveFields):
+    """One run's result: its spec (top-level engine_cap resolved; `spec` as given), C-hat, the metrics."""
+
+    chat: ReadOnly[float]
+    spec: ReadOnly[SpecFields]
+    series: ReadOnly[Series]
+    wall_s: ReadOnly[float]
+    code_version: ReadOnly[str]
+
+
+class FailedRun(SpecFields):
+    """A run that raised: its spec and the error; reported, never dropped."""
+
+    error: ReadOnly[str]
+
+
+Result = RunSummary | FailedRun
+
+def is_failed(result: Result) -> TypeIs[FailedRun]:
+    """Whether this result is a failed run's record."""
+    return "error" in result
