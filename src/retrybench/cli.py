@@ -247,7 +247,8 @@ def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: EngineC
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("retrybench-report"),
               show_default=True, help="Where the report (index.html) and each run's summary JSON go.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel processes (default: cores).")
-@click.option("--json", "as_json", is_flag=True, help="Also print the run results as a JSON list.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Also print a JSON object: the run results (runs) and every paper figure scored (scores).")
 def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: Path, jobs: int | None,
               as_json: bool) -> None:
     """Every block of Table 1 (the paper's 137 runs by default), then the HTML reproducibility report:
@@ -278,16 +279,21 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
     _print_verdicts(context)
     console.print(f"{len(plan)} runs ({len(results)} distinct) in {wall_s:.0f} s; report: {page}")
     if as_json:
-        click.echo(json.dumps(results))
+        click.echo(json.dumps({"runs": results, "scores": context["scores"]}))
     if any("error" in r for r in results):
         sys.exit(1)
 
 
 def _print_verdicts(context: dict[str, Any]) -> None:
-    table = Table("finding", "verdict", "checks held", title="reproduction")
+    table = Table("finding", "verdict", "checks held", "paper figures: within / near / off", title="reproduction")
     for row in context["summary"]:
-        table.add_row(row["title"], row["verdict"], f"{row['passed']} of {row['checks']}")
+        scores = row["scores"]
+        table.add_row(row["title"], row["verdict"], f"{row['passed']} of {row['checks']}",
+                      f"{scores['within']} / {scores['near']} / {scores['off']}")
     console.print(table)
+    total = context["scores"]["tally"]
+    console.print(f"paper figures: {total['within']} of {total['scored']} within the paper's band, "
+                  f"{total['near']} near, {total['off']} off")
 
 
 @main.command()

@@ -20,6 +20,7 @@ from retrybench.paper import paper_values
 from retrybench.report import fmt
 from retrybench.report.headlines import HEADLINES
 from retrybench.report.runs import Entry, RunSet, spec_of
+from retrybench.report.scoring import SYMBOLS, ScoredFigure, score, tally
 from retrybench.report.verdicts import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNCERTAIN, ClaimCheck, checks_of, verdict
 from retrybench.results import Result, RunSummary, is_failed
 
@@ -50,11 +51,14 @@ def build_context(results: Iterable[Result], meta: Mapping[str, Any], runs: int 
     rs = RunSet(results, runs)
     checks = checks_of(rs)
     outcomes = _group_tests(tests) if tests is not None else None
+    scored = score(c for row in ROWS for c in checks[row.key])
     return {
         "meta": dict(meta),
         "source": "pytest" if tests is not None else "reproduce",
         "counts": _counts(rs),
-        "summary": [_summary_row(row, checks[row.key], rs, outcomes) for row in ROWS],
+        "summary": [_summary_row(row, checks[row.key], rs, outcomes, [f for f in scored if f.row == row.key])
+                    for row in ROWS],
+        "scores": {"tally": tally(scored), "figures": [_scored(f) for f in scored]},
         "checks": [{"finding": row.title, "claim": c.claim.wording, "id": c.claim.id, "subject": c.subject.label(),
                     "thresholds": fmt.value(dict(c.claim.thresholds)) if c.claim.thresholds else "",
                     "held": {True: "yes", False: "no", None: "not evaluated"}[c.passed],
@@ -112,7 +116,8 @@ def _over_runs(values: Sequence[Any]) -> str:
 
 
 def _summary_row(row: Row, checks: list[ClaimCheck], rs: RunSet,
-                 outcomes: Mapping[str, list[Mapping[str, Any]]] | None) -> dict[str, Any]:
+                 outcomes: Mapping[str, list[Mapping[str, Any]]] | None,
+                 scored: Sequence[ScoredFigure]) -> dict[str, Any]:
     figures = _section65_figures(rs) if row.key == "section65" else _figures(row, checks)
     failing = [f"{c.claim.wording} — {c.subject.label()}: failed {'; '.join(c.failed_parts)}; "
                f"{fmt.value(c.measured)}" for c in checks if c.passed is False]
@@ -124,7 +129,24 @@ def _summary_row(row: Row, checks: list[ClaimCheck], rs: RunSet,
                            "reasons": failing, "basis": "claim checks on the runs", "tally": None}
     if outcomes is not None:
         out.update(_verdict_from_tests(row, outcomes.get(row.key, [])))
+    out["scores"] = tally(scored)
+    off = out["scores"]["off"]
+    out["figures_note"] = (f"reproduced, yet {off} of {len(scored)} paper figures are off the paper's band"
+                           if out["verdict"] == REPRODUCED and off else "")
     return out
+
+
+def _plain(x: float) -> str:
+    """A scored figure as printed: whole numbers without decimals."""
+    return fmt.number(int(x) if x.is_integer() else x)
+
+
+def _scored(figure: ScoredFigure) -> dict[str, Any]:
+    low, high = _plain(figure.low), _plain(figure.high)
+    paper = low if figure.low == figure.high else f"{low}–{high}"
+    return {"row": figure.row, "claim": figure.claim_id, "subject": figure.subject, "name": figure.name,
+            "measured": _plain(figure.measured), "paper": paper, "mark": figure.mark,
+            "symbol": SYMBOLS[figure.mark]}
 
 
 def _verdict_from_tests(row: Row, tests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
