@@ -23,7 +23,7 @@ from rich.table import Table
 
 from retrybench import __version__
 from retrybench.analysis.calibrate import STAGES
-from retrybench.blocks import BLOCKS, PAPER_MODELS, block_specs, table1_plan
+from retrybench.blocks import BLOCKS, PAPER_MODELS, block_specs, table1_plan, unseen_seeds_plan
 from retrybench.config import ConfigError, available_conditions
 from retrybench.engine.profiles import GPUS, MODELS
 from retrybench.engine_choice import EngineChoice, EngineKind, parse_engine
@@ -247,10 +247,14 @@ def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: EngineC
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("retrybench-report"),
               show_default=True, help="Where the report (index.html) and each run's summary JSON go.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel processes (default: cores).")
+@click.option("--unseen-seeds", is_flag=True,
+              help="Also replay every block on the ten unseen seeds (101-110; about 550 more simulations) and "
+                   "report, per claim and model, on how many of them it held.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Also print a JSON object: the run results (runs) and every paper figure scored (scores).")
+              help="Also print a JSON object: the run results (runs), every paper figure scored (scores) and, "
+                   "with --unseen-seeds, the robustness table (robustness).")
 def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: Path, jobs: int | None,
-              as_json: bool) -> None:
+              unseen_seeds: bool, as_json: bool) -> None:
     """Every block of Table 1 (the paper's 137 runs by default), then the HTML reproducibility report:
     per finding the paper's claim and figures, this run's, and a verdict. Resumable: results are cached
     by spec and code version, so an interrupted reproduction picks up where it stopped."""
@@ -262,8 +266,11 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
         raise click.UsageError(f"unknown model(s) {', '.join(unknown)}; the paper's: {', '.join(PAPER_MODELS)}")
     runs = _runs_option(runs_text)
     plan = table1_plan(chosen, gpu, runs)
+    if unseen_seeds and engine.live:
+        raise click.UsageError("--unseen-seeds runs on the simulated engine only (550 more runs)")
     started = time.perf_counter()
     results = _run_plan(plan, jobs, engine)
+    unseen = _run_plan(unseen_seeds_plan(chosen, gpu), jobs, engine) if unseen_seeds else None
     wall_s = time.perf_counter() - started
     command = " ".join(["retrybench", *sys.argv[1:]])
     try:
@@ -274,13 +281,13 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
         _show(results, as_json)
         return
     label = f"live engine at {engine}" if engine.live else "simulated vLLM-V1 engine (virtual time)"
-    context = build_context(results, gather(engine=label, wall_s=wall_s, command=command), runs=runs)
+    context = build_context(results, gather(engine=label, wall_s=wall_s, command=command), runs=runs, unseen=unseen)
     page = write_report(out, context, results)
     _print_verdicts(context)
     console.print(f"{len(plan)} runs ({len(results)} distinct) in {wall_s:.0f} s; report: {page}")
     if as_json:
-        click.echo(json.dumps({"runs": results, "scores": context["scores"]}))
-    if any("error" in r for r in results):
+        click.echo(json.dumps({"runs": results, "scores": context["scores"], "robustness": context["robustness"]}))
+    if any(is_failed(r) for r in [*results, *(unseen or [])]):
         sys.exit(1)
 
 
@@ -294,6 +301,11 @@ def _print_verdicts(context: dict[str, Any]) -> None:
     total = context["scores"]["tally"]
     console.print(f"paper figures: {total['within']} of {total['scored']} within the paper's band, "
                   f"{total['near']} near, {total['off']} off")
+    if context["robustness"] is not None:
+        weak = [f"{r['claim']} on {r['model']} ({r['held']} of {r['evaluated']})"
+                for r in context["robustness"]["rows"] if r["robust"] == "not robust"]
+        listed = ": " + "; ".join(weak) if weak else ""
+        console.print(f"unseen seeds: {len(weak)} claim-model pairs not robust{listed}")
 
 
 @main.command()

@@ -14,11 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-from retrybench.blocks import BLOCKS, DIAGNOSTIC, PRIMARY_MODEL, paper_runs
+from retrybench.blocks import BLOCKS, DIAGNOSTIC, PRIMARY_MODEL, UNSEEN_SEEDS, paper_runs
 from retrybench.claims import ROWS, Row, claim
 from retrybench.paper import paper_values
 from retrybench.report import fmt
 from retrybench.report.headlines import HEADLINES
+from retrybench.report.robustness import robustness
 from retrybench.report.runs import Entry, RunSet, spec_of
 from retrybench.report.scoring import SYMBOLS, ScoredFigure, score, tally
 from retrybench.report.verdicts import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNCERTAIN, ClaimCheck, checks_of, verdict
@@ -43,11 +44,13 @@ def run_file_name(result: Mapping[str, Any]) -> str:
 
 
 def build_context(results: Iterable[Result], meta: Mapping[str, Any], runs: int | None = None,
-                  tests: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                  tests: Sequence[Mapping[str, Any]] | None = None,
+                  unseen: Iterable[Result] | None = None) -> dict[str, Any]:
     """Everything the report shows. `meta`: engine, wall time, versions, commit (meta.py gathers them);
     `runs`: the run count per block (None: the paper's); `tests`: finding-test outcomes under pytest, each
     {nodeid, name (test function), markers, outcome (passed | failed | xfailed | skipped), reason,
-    properties [[name, value]], claims [claim ids]}."""
+    properties [[name, value]], claims [claim ids]}; `unseen`: the runs on the unseen seeds, for the
+    robustness section (None: no such section)."""
     rs = RunSet(results, runs)
     checks = checks_of(rs)
     outcomes = _group_tests(tests) if tests is not None else None
@@ -59,6 +62,7 @@ def build_context(results: Iterable[Result], meta: Mapping[str, Any], runs: int 
         "summary": [_summary_row(row, checks[row.key], rs, outcomes, [f for f in scored if f.row == row.key])
                     for row in ROWS],
         "scores": {"tally": tally(scored), "figures": [_scored(f) for f in scored]},
+        "robustness": _robustness(unseen) if unseen is not None else None,
         "checks": [{"finding": row.title, "claim": c.claim.wording, "id": c.claim.id, "subject": c.subject.label(),
                     "thresholds": fmt.value(dict(c.claim.thresholds)) if c.claim.thresholds else "",
                     "held": {True: "yes", False: "no", None: "not evaluated"}[c.passed],
@@ -134,6 +138,17 @@ def _summary_row(row: Row, checks: list[ClaimCheck], rs: RunSet,
     out["figures_note"] = (f"reproduced, yet {off} of {len(scored)} paper figures are off the paper's band"
                            if out["verdict"] == REPRODUCED and off else "")
     return out
+
+
+def _robustness(unseen: Iterable[Result]) -> dict[str, Any]:
+    """Per claim and model: on how many of the unseen seeds it held, and the seeds it failed on."""
+    rows = robustness(unseen, UNSEEN_SEEDS)
+    return {"seeds": list(UNSEEN_SEEDS), "not_robust": sum(1 for r in rows if r.robust is False),
+            "rows": [{"claim": r.claim.id, "finding": r.claim.row.title, "wording": r.claim.wording,
+                      "model": r.model, "held": len(r.held), "evaluated": r.evaluated,
+                      "failed_seeds": list(r.failed), "not_evaluated_seeds": list(r.not_evaluated),
+                      "robust": {True: "robust", False: "not robust", None: "not evaluated"}[r.robust]}
+                     for r in rows]}
 
 
 def _plain(x: float) -> str:
