@@ -9,7 +9,7 @@ from retrybench.blocks import UNSEEN_SEEDS
 from retrybench.claims import claim
 from retrybench.report import build_context
 from retrybench.report.robustness import Robustness, robustness
-from retrybench.results import Result
+from retrybench.results import Result, is_failed
 
 QWEN = "qwen2.5-7b-instruct"
 
@@ -55,8 +55,8 @@ def test_the_page_shows_the_robustness_table(results: list[Result]) -> None:
     from retrybench.report.meta import gather
     from retrybench.report.render import render_html
 
-    renamed = [cast(Result, {**r, "seed": 101, "spec": {**r["spec"], "seed": 101}}) if "spec" in r else r
-               for r in results]
+    renamed = [cast(Result, {**r, "seed": 101, "spec": {**r["spec"], "seed": 101}}) for r in results
+               if not is_failed(r)]
     context = build_context(results, gather(engine="sim", wall_s=1.0, command="test"), unseen=renamed)
     page = render_html(context)
     assert 'id="robustness"' in page and "f7-deferred-cancellation-restores" in page
