@@ -117,3 +117,22 @@ def test_a_failed_live_run_is_kept_with_its_error(fake_live: _FakeLive) -> None:
     results = runner.run_many_live([LIVE_SPEC], parse_engine("vllm-container"))  # no serve: it cannot start
     expected = {**asdict(LIVE_SPEC), "error": "ValueError: the engine vllm-container is started per run: pass serve"}
     assert [dict(r) for r in results] == [expected]
+
+
+def test_calibration_at_other_steps_uses_that_step_size_and_its_own_cache_entry(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path))
+    seen: list[int] = []
+
+    def fake_repeated(profile: Any, spec: Any) -> Any:
+        seen.append(profile.engine.max_num_batched_tokens)
+        raise _Stop
+
+    monkeypatch.setattr(runner, "calibrate_repeated", fake_repeated)
+    with pytest.raises(_Stop):
+        runner.calibration_at_steps("qwen2.5-7b-instruct", "h100", 2048)
+    assert seen == [2048]
+
+
+class _Stop(Exception):
+    """Stops a calibration once the engine it was given is known."""

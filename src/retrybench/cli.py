@@ -30,6 +30,7 @@ from retrybench.engine_choice import EngineChoice, EngineKind, parse_engine
 from retrybench.results import Result, is_failed
 from retrybench.runner import (
     calibrate_one_live,
+    calibration_at_steps,
     calibration_for,
     live_workdir,
     run_many,
@@ -281,7 +282,8 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
         _show(results, as_json)
         return
     label = f"live engine at {engine}" if engine.live else "simulated vLLM-V1 engine (virtual time)"
-    context = build_context(results, gather(engine=label, wall_s=wall_s, command=command), runs=runs, unseen=unseen)
+    meta = {**gather(engine=label, wall_s=wall_s, command=command), "chat_at_steps": _chat_at_2k(plan, engine)}
+    context = build_context(results, meta, runs=runs, unseen=unseen)
     page = write_report(out, context, results)
     _print_verdicts(context)
     console.print(f"{len(plan)} runs ({len(results)} distinct) in {wall_s:.0f} s; report: {page}")
@@ -289,6 +291,17 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
         click.echo(json.dumps({"runs": results, "scores": context["scores"], "robustness": context["robustness"]}))
     if any(is_failed(r) for r in [*results, *(unseen or [])]):
         sys.exit(1)
+
+
+def _chat_at_2k(plan: list[tuple[str, RunSpec]], engine: EngineChoice) -> list[dict[str, Any]]:
+    """C-hat of the tracing block's builds calibrated at 2,048-token steps, beside the 8,192-token C-hat
+    its runs use (the simulated engine only; the paper calibrated at 8,192 only)."""
+    if engine.live:
+        return []
+    builds = sorted({(s.model, s.gpu) for name, s in plan if name == "tracing"})
+    return [{"model": model, "gpu": gpu, "max_batched_tokens": 2048,
+             "chat": calibration_at_steps(model, gpu, 2048)["chat"], "chat_8192": calibration_for(model, gpu)["chat"]}
+            for model, gpu in builds]
 
 
 def _print_verdicts(context: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ from retrybench.analysis.delivery import delivered_per_window, waiting_total
 from retrybench.atomicfile import write_atomic
 from retrybench.cache import cache_dir, cached_json, code_version
 from retrybench.config import WorkloadSpec, load_condition
-from retrybench.engine.profiles import profile_for
+from retrybench.engine.profiles import GPUS, profile_for
 from retrybench.engine_choice import EngineChoice
 from retrybench.results import FailedRun, LiveFields, PromptWork, Result, RunSummary, Series, SpecFields
 from retrybench.runlog import RunLog
@@ -42,8 +42,8 @@ from retrybench.spec import RunSpec, engine_config_for
 from retrybench.tracefile import write_trace
 from retrybench.workload import generate_trace
 
-__all__ = ["Serve", "calibrate_one_live", "calibration_for", "live_run_key", "live_workdir", "run_many",
-           "run_many_live", "run_one", "run_one_live", "run_safely", "run_summary", "run_traced", "series",
+__all__ = ["Serve", "calibrate_one_live", "calibration_at_steps", "calibration_for", "live_run_key", "live_workdir",
+           "run_many", "run_many_live", "run_one", "run_one_live", "run_safely", "run_summary", "run_traced", "series",
            "simulate_spec"]
 
 SERIES_STEP_S = 10  # one waiting-queue sample kept per this many seconds (Figure 1(b))
@@ -88,6 +88,22 @@ def calibration_for(model: str, gpu: str = "h100", mixed_prompts: bool = False,
         return _calibration_record(result, model, gpu, mixed_prompts, token_scale)
 
     return cached_json(_calibration_path(model, gpu, mixed_prompts, token_scale), compute, use_cache)
+
+
+def calibration_at_steps(model: str, gpu: str, max_batched_tokens: int, use_cache: bool = True) -> dict[str, Any]:
+    """C-hat of a build calibrated at another step size (12,000-token prompts). The paper calibrated at
+    8,192 batched tokens only, and its 2,048-token runs keep that C-hat: this is recorded beside it, never
+    used to set a run's rates."""
+    engine = replace(GPUS[gpu].engine_defaults(), max_num_batched_tokens=max_batched_tokens)
+
+    def compute() -> dict[str, Any]:
+        result = calibrate_repeated(profile_for(model, gpu, engine), spec=_calibration_spec(False, 1.0))
+        record = _calibration_record(result, model, gpu, False, 1.0)
+        record["max_batched_tokens"] = max_batched_tokens
+        return record
+
+    path = cache_dir() / "calibration" / f"{model}-{gpu}-steps{max_batched_tokens}-{code_version()}.json"
+    return cached_json(path, compute, use_cache)
 
 
 def _calibrate_seed(model: str, gpu: str, mixed_prompts: bool, seed: int) -> Calibration:
