@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from retrybench.results import Result
+
 SECTIONS = ("summary", "table2", "table3", "figures", "checks", "blocks", "metadata")
 FIGURES = ("figure1", "figure3", "figure4", "figure5", "figure6")
 VOID = {"meta", "link", "br", "img", "hr", "input", "col", "area", "base", "wbr", "source", "path", "use", "stop",
@@ -141,3 +143,15 @@ def test_the_metadata_names_engine_versions_and_commit(page: _Page) -> None:
     for needle in ("simulated vLLM-V1 engine", "code version", "commit", "numpy", "matplotlib", "C-hat per engine",
                    "Qwen/Qwen2.5-7B-Instruct"):
         assert needle in text, needle
+
+
+def test_the_2k_capacity_is_shown_beside_the_8k_one(results: list[Result]) -> None:
+    from retrybench.report import build_context
+    from retrybench.report.meta import gather
+    from retrybench.report.render import render_html
+
+    meta = {**gather(engine="sim", wall_s=1.0, command="test"),
+            "chat_at_steps": [{"model": "qwen2.5-7b-instruct", "gpu": "h100", "max_batched_tokens": 2048,
+                               "chat": 3.4534, "chat_8192": 2.8286}]}
+    page = render_html(build_context(results, meta))
+    assert "calibrated at 2,048-token steps" in page and "3.45" in page and "2.83" in page

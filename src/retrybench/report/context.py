@@ -141,9 +141,15 @@ def _summary_row(row: Row, checks: list[ClaimCheck], rs: RunSet,
 
 
 def _robustness(unseen: Iterable[Result]) -> dict[str, Any]:
-    """Per claim and model: on how many of the unseen seeds it held, and the seeds it failed on."""
-    rows = robustness(unseen, UNSEEN_SEEDS)
+    """Per claim and model: on how many of the unseen seeds it held, and the seeds it failed on; and
+    the paper figures those runs measured, scored."""
+    runs = list(unseen)
+    rows = robustness(runs, UNSEEN_SEEDS)
+    checks = checks_of(RunSet(runs, runs=len(UNSEEN_SEEDS), first_seed=UNSEEN_SEEDS[0]))
+    scored = score(c for row in ROWS for c in checks[row.key])
+    by_row = {row.title: tally([f for f in scored if f.row == row.key]) for row in ROWS}
     return {"seeds": list(UNSEEN_SEEDS), "not_robust": sum(1 for r in rows if r.robust is False),
+            "scores": tally(scored), "scores_by_finding": {k: v for k, v in by_row.items() if v["scored"]},
             "rows": [{"claim": r.claim.id, "finding": r.claim.row.title, "wording": r.claim.wording,
                       "model": r.model, "held": len(r.held), "evaluated": r.evaluated,
                       "failed_seeds": list(r.failed), "not_evaluated_seeds": list(r.not_evaluated),

@@ -59,13 +59,13 @@ class Entry:
 class RunSet:
     """Run results indexed by spec, and the block entries they make up."""
 
-    def __init__(self, results: Iterable[Result], runs: int | None = None) -> None:
-        """`runs`: how many runs (seeds 1..runs) each block has; None for the paper's counts. A
-        result is a block's run only within that count (seed 3 of the diagnostic block is not a
-        trigger-sweep run, though its spec is one of the sweep's at more runs)."""
+    def __init__(self, results: Iterable[Result], runs: int | None = None, first_seed: int = 1) -> None:
+        """`runs`: how many runs (seeds first_seed..first_seed + runs - 1) each block has; None for the
+        paper's counts. A result is a block's run only within that count (seed 3 of the diagnostic block
+        is not a trigger-sweep run, though its spec is one of the sweep's at more runs)."""
         self._by_spec: dict[RunSpec, Result] = {spec_of(result): result for result in results}
         self.runs = runs
-        self.entries = _entries(self._by_spec, runs)
+        self.entries = _entries(self._by_spec, runs, first_seed)
 
     def __len__(self) -> int:
         return len(self._by_spec)
@@ -102,7 +102,7 @@ class RunSet:
         return sorted((p for p in present if p[0] in wanted), key=lambda p: (wanted.index(p[0]), p[1]))
 
 
-def _entries(by_spec: Mapping[RunSpec, Result], runs: int | None) -> list[Entry]:
+def _entries(by_spec: Mapping[RunSpec, Result], runs: int | None, first_seed: int) -> list[Entry]:
     """Every (block, result) whose spec is one of the block's, in Table 1's block order."""
     specs = list(by_spec)
     entries = []
@@ -110,7 +110,7 @@ def _entries(by_spec: Mapping[RunSpec, Result], runs: int | None) -> list[Entry]
         for model in block.models:
             gpus = sorted({s.gpu for s in specs if s.model == model})
             for gpu in gpus:
-                for spec in block_specs(name, model, runs=runs, gpu=gpu):
+                for spec in block_specs(name, model, runs=runs, gpu=gpu, first_seed=first_seed):
                     if spec in by_spec:
                         entries.append(Entry(block=name, result=by_spec[spec]))
     return entries
