@@ -74,6 +74,9 @@ def tree_cpu_s(pid: int | None) -> float:
     return total / TICKS_PER_S
 
 
+DONE = b"data: [DONE]\n\n"
+
+
 def _body(tokens: int, interval_ms: float) -> bytes:
     return json.dumps({"model": "m", "prompt": [101, 102, 103, 104], "max_tokens": tokens, "stream": True,
                        "stub": {"interval_ms": interval_ms}}).encode()
@@ -85,12 +88,12 @@ async def _one(session: aiohttp.ClientSession, url: str, body: bytes, stats: Str
                             headers={"Content-Type": "application/json"}) as response:
         first = await response.content.readany()
         stats.ttft_ms.append(1e3 * (time.perf_counter() - start))
-        count, tail = first.count(b"data: "), first
+        count, tail = first.count(b"data: "), first[-len(DONE):]
         async for data in response.content.iter_any():
             count += data.count(b"data: ")
-            tail = data
-        if response.status != 200 or not tail.endswith(b"[DONE]\n\n"):
-            raise RuntimeError(f"{url}: bad stream (status {response.status})")
+            tail = (tail + data)[-len(DONE):]  # the end marker may straddle two reads
+        if response.status != 200 or tail != DONE:
+            raise RuntimeError(f"{url}: bad stream (status {response.status}, ends {tail!r})")
         stats.chunks += count
 
 
