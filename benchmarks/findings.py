@@ -16,7 +16,7 @@ from retrybench.results import RunSummary
 from retrybench.runner import run_one
 from retrybench.spec import RunSpec
 
-__all__ = ["KNOWN_2K", "PRIMARY", "Record", "assert_claim", "cases", "result"]
+__all__ = ["PRIMARY", "Record", "assert_claim", "cases", "result"]
 
 PRIMARY = "qwen2.5-7b-instruct"
 
@@ -62,22 +62,3 @@ def assert_claim(case: Case, record: Record) -> None:
     for name, measured in outcome.measured.items():
         record(name, measured, outcome.paper.get(name))
     assert outcome.held, f"{case.claim.id} ({case.subject.label()}): {outcome.explain()}"
-
-
-# The 2,048-token tracing runs the simulator does not reproduce: they recover.
-SMALL_STEPS_RECOVER = (
-    "measured: at 2,048 batched tokens the simulated engine recovered within the hold (hold delivered 100%{detail}). "
-    "The model's small steps cost no more per token than large ones (fitted fixed step cost 10 us, one GEMM "
-    "efficiency for every step size), so decodes advance four times as often per prefill token, KV blocks free "
-    "sooner and capacity rises above the 8,192-token C-hat; the paper's vLLM did not recover at 2K"
-)
-_DETAIL_RUN2 = ("; aborted share 11.0%, step-time share 5.9-7.8%, median time left at first step 52.7 s, first "
-                "scheduled 69.0 s after the predecessor's abort")
-_DETAIL_RUN3 = ("; aborted share 11.9%, step-time share 6.5-8.4%, median time left at first step 47.9 s, first "
-                "scheduled 73.7 s after the predecessor's abort")
-KNOWN_2K = {
-    (PRIMARY, 2, 2048): SMALL_STEPS_RECOVER.format(detail=_DETAIL_RUN2),
-    (PRIMARY, 3, 2048): SMALL_STEPS_RECOVER.format(detail=_DETAIL_RUN3),
-}
-# The same runs, for claims that read both step sizes of a seed at once.
-KNOWN_2K_BY_SEED = {(model, seed): reason for (model, seed, _), reason in KNOWN_2K.items()}

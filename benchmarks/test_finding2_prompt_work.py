@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from findings import KNOWN_2K, Record, assert_claim, cases
+from findings import Record, assert_claim, cases
 from retrybench.claims import Case
 from retrybench.claims import section5 as claims
 
 pytestmark = pytest.mark.finding2
 
 
-@pytest.mark.parametrize("case", cases(claims.ABORTED_HOLD_MOST_PROMPT_WORK, KNOWN_2K))
+@pytest.mark.parametrize("case", cases(claims.ABORTED_HOLD_MOST_PROMPT_WORK))
 def test_aborted_executions_hold_most_computed_prompt_tokens(case: Case, record: Record) -> None:
     assert_claim(case, record)
 
@@ -25,7 +25,7 @@ def test_at_8k_about_half_of_the_aborted_work_was_in_flight_and_2k_steps_cut_it(
     assert_claim(case, record)
 
 
-@pytest.mark.parametrize("case", cases(claims.STEP_TIME_MAJORITY, KNOWN_2K))
+@pytest.mark.parametrize("case", cases(claims.STEP_TIME_MAJORITY))
 def test_aborted_prompt_work_takes_most_step_time_under_every_rule(case: Case, record: Record) -> None:
     assert_claim(case, record)
 

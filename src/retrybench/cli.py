@@ -254,8 +254,11 @@ def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: EngineC
 @click.option("--json", "as_json", is_flag=True,
               help="Also print a JSON object: the run results (runs), every paper figure scored (scores) and, "
                    "with --unseen-seeds, the robustness table (robustness).")
+@click.option("--real-engine", "real_engine", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=None, help="A compare-real-engine result for the report's Real engine section "
+                                 "(default: OUT/real-engine.json when there).")
 def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: Path, jobs: int | None,
-              unseen_seeds: bool, as_json: bool) -> None:
+              unseen_seeds: bool, as_json: bool, real_engine: Path | None) -> None:
     """Every block of Table 1 (the paper's 137 runs by default), then the HTML reproducibility report:
     per finding the paper's claim and figures, this run's, and a verdict. Resumable: results are cached
     by spec and code version, so an interrupted reproduction picks up where it stopped."""
@@ -284,6 +287,7 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
     label = f"live engine at {engine}" if engine.live else "simulated vLLM-V1 engine (virtual time)"
     meta = {**gather(engine=label, wall_s=wall_s, command=command), "chat_at_steps": _chat_at_2k(plan, engine)}
     context = build_context(results, meta, runs=runs, unseen=unseen)
+    context["real_engine"] = _real_engine_section(real_engine, out)
     page = write_report(out, context, results)
     _print_verdicts(context)
     console.print(f"{len(plan)} runs ({len(results)} distinct) in {wall_s:.0f} s; report: {page}")
@@ -291,6 +295,16 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
         click.echo(json.dumps({"runs": results, "scores": context["scores"], "robustness": context["robustness"]}))
     if any(is_failed(r) for r in [*results, *(unseen or [])]):
         sys.exit(1)
+
+
+def _real_engine_section(given: Path | None, out: Path) -> dict[str, Any] | None:
+    """The report's Real engine section from `given`, else OUT/real-engine.json if there, else none."""
+    from retrybench.report.real_engine import RESULT_FILE, real_engine_section
+
+    path = given if given is not None else out / RESULT_FILE
+    if not path.is_file():
+        return None
+    return real_engine_section(json.loads(path.read_text()))
 
 
 def _chat_at_2k(plan: list[tuple[str, RunSpec]], engine: EngineChoice) -> list[dict[str, Any]]:
@@ -370,6 +384,51 @@ def engine_server(model: str, gpu: str, host: str, port: int, time_scale: float,
                                     max_num_queued_reqs=max_num_queued_reqs, stream_interval=stream_interval,
                                     async_scheduling=not sync_scheduling, trace_path=trace_path)
     serve_forever(settings, host, port)
+
+
+@main.command("compare-real-engine")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Where real-engine.json, the engine's log and every live run's logs go.")
+@click.option("--calibrations", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--conditions", default=None,
+              help="Comma-separated conditions (default: retries-on-cancel-on, retries-off-cancel-on, coalescing, "
+                   "deferred-cancellation, retry-budget).")
+@click.option("--loads", default=None, help="Capacity-curve loads in multiples of C-hat (default 0.5,0.75,1,1.25,1.5).")
+@click.option("--stage-s", type=click.FloatRange(min=10), default=300.0, show_default=True,
+              help="Trace seconds of each calibration stage.")
+@click.option("--curve-stage-s", type=click.FloatRange(min=10), default=120.0, show_default=True,
+              help="Trace seconds of each capacity-curve stage and speed probe.")
+@click.option("--first-stage", type=click.IntRange(min=0), default=2, show_default=True,
+              help="The first calibration's first stage: 0.2 x 1.5^N calls/s.")
+@click.option("--time-scale", type=click.FloatRange(min=0.001), default=0.1, show_default=True)
+@click.option("--engine-url", default=None,
+              help="An engine already running (then nothing is pinned); default: start vLLM with a tiny model.")
+@click.option("--no-pin", is_flag=True, help="Leave the engine and this process on every CPU.")
+@click.option("--run-when-refused", is_flag=True,
+              help="Go on when the calibrations spread too far (every verdict is then 'refused').")
+def compare_real_engine(out: Path, calibrations: int, conditions: str | None, loads: str | None, stage_s: float,
+                        curve_stage_s: float, first_stage: int, time_scale: float, engine_url: str | None,
+                        no_pin: bool, run_when_refused: bool) -> None:
+    """The simulator against a real vLLM (CPU build, tiny model, scaled trace): pinned CPUs, repeated
+    calibrations, the capacity curve and the scaled diagnostic, verdicts only where the engine held its
+    speed. Writes OUT/real-engine.json; `retrybench reproduce --out OUT` then shows it."""
+    from retrybench.live.compare_real import CONDITIONS, CURVE_LOADS, RESULT_FILE, CompareSettings
+    from retrybench.live.compare_real import compare_real_engine as run_comparison
+
+    chosen = tuple(c.strip() for c in conditions.split(",")) if conditions else tuple(CONDITIONS)
+    unknown = [c for c in chosen if c not in available_conditions()]
+    if unknown:
+        raise click.UsageError(f"unknown condition(s) {', '.join(unknown)}")
+    settings = CompareSettings(out=out, calibrations=calibrations, conditions=chosen,
+                               curve_loads=tuple(float(x) for x in loads.split(",")) if loads else CURVE_LOADS,
+                               stage_s=stage_s, curve_stage_s=curve_stage_s, probe_s=curve_stage_s,
+                               first_stage=first_stage, time_scale=time_scale, pin=not no_pin,
+                               run_when_refused=run_when_refused, log=lambda line: console.print(line))
+    record = run_comparison(settings, engine_url=engine_url)
+    statuses = [f"{row['condition']}: {row['verdict']['status']}" for row in record.get("conditions", [])
+                if "verdict" in row]
+    summary = "; ".join(statuses) or record["band"]["refusal"]
+    console.print(f"{summary}; {out / RESULT_FILE} in {record['wall_s']:.0f} s")
 
 
 @main.command("make-trace")

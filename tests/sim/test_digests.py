@@ -1,7 +1,7 @@
 """Pinned results: the simulator and the run summary must not move when the code is only made faster.
 
-The digests were computed on the code before the speed-up work (the values are hard-coded, not
-recomputed): the run log's digest (RunLog.digest(): every call, attempt, execution, sample and
+The digests were computed on the current engine model, the sequential-phase step costs (the values
+are hard-coded, not recomputed): the run log's digest (RunLog.digest(): every call, attempt, execution, sample and
 counter), a digest of the engine trace (the events Section 5's analysis reads), one calibration, and
 the whole `retrybench run --json` summary of one run. A change that alters any of them changes what
 the simulator computes, which a speed-up must not do; change a pinned value only together with a
@@ -31,33 +31,33 @@ from retrybench.workload import generate_trace
 
 # C-hat of each model as calibrated by the code these digests were taken on; fixed here so that the
 # runs do not depend on (or wait for) the calibration.
-CHAT = {"qwen2.5-7b-instruct": 2.8285726931688133, "qwen3-14b": 1.090200616117957,
-        "llama-3.1-8b-instruct": 1.8303257577861978}
+CHAT = {"qwen2.5-7b-instruct": 2.7116780165612955, "qwen3-14b": 1.0900348364981833,
+        "llama-3.1-8b-instruct": 1.830343580206447}
 QWEN = "qwen2.5-7b-instruct"
 
 # Full paper runs (base, 2.7x pulse, hold): (spec, run-log digest, engine-trace digest).
 FULL_RUNS: list[tuple[RunSpec, str, str]] = [
     (RunSpec(model=QWEN, condition="retries-on-cancel-on", seed=1),
-     "0f575628578b8150d2f90da6287dda74c8f531d7599d8ad5230c71aba1583538",
-     "5892aaeddfde7d2a5a19e7313cd574ee84c762daeed9a02b3630a34121a079d6"),
+     "be6d9a3ce21b36d0c548ed0b47b904bb3f758774dbf8aacb8a36af088bca8d66",
+     "73d1f0f7d623919c579b47107249174db09928637312bd433240f2e5ce92269c"),
     (RunSpec(model=QWEN, condition="retries-on-cancel-off", seed=1),
-     "7c71f151c9c21f7d2a207a8f92c43d54be4993a0420e8c5f2b26095eaa5253c5",
-     "3a43d118aeac7550fa91166ebcbde3fdbe8f4630f5bcd8537b38a2106492c4fe"),
+     "1a192faa25b54dfb1a9b5f430a98fbbf338a36d9875565cad574de9f712da78b",
+     "431bfef63818863631157fa71d1bc6c3d92925ce0f589a2c77dba6c9c5614fe4"),
     (RunSpec(model=QWEN, condition="coalescing", seed=2),
-     "aaa58ba90d02d6b83249b7a7d47ccaaf0b69e9f357b5559e72c68f08b37d6826",
-     "edee5b7e617280531be321f1aab3bf372b1f3892f2d51a0d6b4f0cd6e41ebedf"),
+     "25c238f680c46cf32e3d373378f93d8dd348a21ee7656b97e54aa070b8f3185f",
+     "d31c0566a913f1526dd73fe432256a226d0d06d12119d00c59badaca4b16d41b"),
     (RunSpec(model=QWEN, condition="deferred-cancellation", seed=1),
-     "6fd144b533d4c5671330db95425114c1d4bafbef05d4059ca1205a73d09e38a5",
-     "b3da45a9e681aa73e376f938041dd8c28336b7bc4605d7df386b139e100cb9fd"),
+     "93704a3e871a9def0a7c717bc1f807fde40a9ef184399da47c97d04fe8e376d8",
+     "16e31b04556c946c835f8946c6ad9e946507627f6fa3586835643e49b1652a6c"),
     (RunSpec(model=QWEN, condition="retries-on-cancel-on", seed=3, max_batched_tokens=2048),
-     "4be04da805c7f577ab95a0bc17e9bed98327e8248f653c09c0d22e414169a586",
-     "bd987b1e6dadc29237816943f13ae744563987dcbf4208b44aa21ccbdb7469a0"),
+     "538857e3fbd9e11f281ff36c005ef89f43a6a460bf18209fa82a99e1372c64f2",
+     "7d788136b7c18c6ea450ce1f8545062f2f73837dceb3567223ea1e41f4dc07f2"),
     (RunSpec(model="llama-3.1-8b-instruct", condition="retries-on-cancel-off", seed=1),
-     "eb5437b039b0a03defba4f670e2f7aebcda3a00f30b3af8685034e19c02b1401",
-     "502ef5450fbd0a1a1b0ff5b5a45dd95b0591b176cb165f2badbb2f4b0d56e869"),
+     "8927624f6279f40322719d8fa39312acce7dc279a65a5b7d66bdbd12eb1c6989",
+     "7b29ab0274aec3c3613a4b1734e912a5723cfc9a274e3fc9b55939fff9912fc8"),
     (RunSpec(model="qwen3-14b", condition="engine-cap-338-cancel-on", seed=2),
-     "7029d78671129bb41d930653ecd1132933949cbdc53f98c13a91ea74b1bd9ddf",
-     "482d1685035b236fd5e8ef4ac6c2df58230d69fbe34ca85237ea810951e1eaf0"),
+     "de192a080890445a9adab2b9b772468ef9dad34f72d2a35d1abfb2bc6d577fac",
+     "d77d550e00c2289a4587520710fdb8b846388723ab4c7cec801253131f481341"),
 ]
 
 # Every condition of Table 1 on a short trace with a 15-s attempt deadline, so that the 60 s of
@@ -66,52 +66,52 @@ SHORT = WorkloadSpec(chat_calls_per_s=CHAT[QWEN], base_s=30, pulse_s=30, hold_s=
 SHORT_SEED = 5
 SHORT_DEADLINE_S = 15.0
 SHORT_RUNS: dict[str, tuple[str, str]] = {  # condition -> (run-log digest, trace digest)
-    "budget-first": ("5474069cb883523d19d10d539130fff5ec31de294d761bf91b973ce8cc61b509",
-                     "7877027c2ccfe4c6832be11a0fa1dc2f0898e9446c263160b08e115455228e47"),
-    "coalescing": ("aed85293900f0cb6253e8e329a61218467c85e288dca86875bffb28885df3d36",
-                   "0b7f16240780e8bf8d1414161be955a678f8e85f7ac232fe9b5fe71232a0b150"),
-    "coalescing-cancel-on": ("a48723e7d520e7e9af2a52b96b200960d7707ba49ce0ac07d09676c4e23ed9e3",
-                             "4e51e27607163a223f44ac846cdc3deb8a83a767be7edd96915c44add91ab249"),
-    "deadline-check": ("5d9bdab7e759d253f4bc61174bf82f77ee2fbe74aaa9b7a7e1e413f22bb1edfa",
-                       "38a50114e1b8b58b7ea4a8052b7edb27efebee91f363481631b300ebf0ac0681"),
-    "deferred-cancellation": ("471cff2a2435a4d8eed15d605b6a8379ef84edf07ed6c1fba72e8ab29411d462",
-                              "061d947b260e417a7b28d85cbfa04181f6570d479c3cd42e6614fc49a597599c"),
-    "engine-cap-100": ("c11c5f9b9e7c1240b6c509a03cf06edcb0274ba4b0bfffe43433a6138aa68eae",
-                       "3352aaba519c1f2f3f843e360aad333d51dc030990d503001469a67219f3b022"),
-    "engine-cap-338": ("beaaf98c183eff5ccc1847eb1be3b0b575016470c83c3030e5b660ce12d88f46",
-                       "725f55bf48166c551aef1c016ec95dcd48a2962ccd285044efd58312c4fa2f4b"),
-    "engine-cap-338-cancel-on": ("aadd05ea8eead508c5bfa8e5e6c247dfbd98ee67ced3a6b1a1d80c7667095074",
-                                 "4e51e27607163a223f44ac846cdc3deb8a83a767be7edd96915c44add91ab249"),
-    "lifo": ("a3fc2a3cd6fbc0fbcb49fd9886357896453cf8ed9a36578d4c0ff0fc47044a6f",
-             "282a90b105f4e9b2504cf90a0e30cd57243d66131d4e2cccfd3cb1b441a9755a"),
-    "lookup-first": ("9d7c52e5ef4e0fb4e2c4d5380a7bc3f7617204c3f29479783d0d9501e06398f1",
-                     "18728d8bd43f948e10e6c0e4bfcaa0d59990b4f7e4e630316181132cc7c1db55"),
-    "no-control": ("587f01cc558ddbe7184b4595203cc996499a6b2bfbfc7df0a856c696ce538a3d",
-                   "807dfc0a25d39bbd75c6c4a9d5d5434071c20956f41d899369ebe01afda5316d"),
-    "proxy-cap": ("29dfbce275cd968f77c2b9421016cbf32174fd3ac3ca5c3a1d1e27ebe0ebdced",
-                  "fee1b66cd4124840914084d9574928d2e606d391b557e7049778d350dc43ce5e"),
-    "retries-off-cancel-off": ("0a34229b8860a097a0a496735148b9f5db3f711066c2a6dbd2b402f713c80575",
-                               "0244e01c33b2bd7264550d0a631517d5df2557538a1587c203f67e189fea9071"),
-    "retries-off-cancel-on": ("57296aa4ee286715b590809e1b5eef7940e08cd1ea3b54421069e5ae9f484e81",
-                              "b0569e88f15ec9fdc6ca1b6e9245347490af515bc478404e9ce010730f99743e"),
-    "retries-on-cancel-off": ("c365b0bcc4d2d2073822206adbecf8bb43ae997d6087f6e65d92ccce677e430b",
-                              "807dfc0a25d39bbd75c6c4a9d5d5434071c20956f41d899369ebe01afda5316d"),
-    "retries-on-cancel-on": ("4b8960515a14668b8ece60a71d953a70320dd9ad431f7dd974bda39f2545afcd",
-                             "4e51e27607163a223f44ac846cdc3deb8a83a767be7edd96915c44add91ab249"),
-    "retry-budget": ("ce5d5323addb30e00ca6151cdfa9931daa825a416248d99781fc85b08afd74ae",
-                     "1acc70dc04d419cafea19be82bae7e540525af938bcec5cc1d5421122684ac45"),
-    "retry-budget-cancel-on": ("f464638ac460c6f256f23722193516411085a6fc65cb41ae699e1b45ff85790d",
-                               "9a35f0ed4b9bc73bacbee3ecc84b674a977445874084c9f3a7c8367a74f7c906"),
+    "budget-first": ("0d835672cc8f59573c2684f0a83193c702237fb6bd4ea536667817fd795fcee4",
+                     "2669fa7d8028b627b014ff1795027b71c5d42742a2401ef2d8800e5c5ac96217"),
+    "coalescing": ("4cf75bc715cac3c95b0de78410245310f2daa08906ec64cfe608a1aaea7ffda9",
+                   "d4b3221b9a610432035301cde29fbb21b71283b767b2535dd7a635d38c923aab"),
+    "coalescing-cancel-on": ("c4b61903d26c9180fcfd7e39d4914f4244c8dc146f55a0f3757d80fd054f82f5",
+                             "6541ce8fbb00720eb1edf8f6fd7530b522270d684cab2038fed15721010be7e8"),
+    "deadline-check": ("c7902cc11b52229c4415a1c7281813101a0da4bca41571d522fe6fc4c8a2c6eb",
+                       "8c959563b41827df58e7df2005fc97a1aaf21ae3a4ba69cb1a9484aff6a23fda"),
+    "deferred-cancellation": ("4bfd997fb939b58ddad3ac84a553be5ab9633402516c02eea63cd8f04f1fe5ee",
+                              "ddad488af1b4aad7675bc004f0d8ab062622dca29b86a1140ab1668aaf576cf2"),
+    "engine-cap-100": ("42efed46d1620e3614b5881dc4975357eb5021ddbb5866d4a702993a8d09f1e0",
+                       "18872cde8262731f8b107333266f5f6a3d5b294d814d5f5ab29a8919e220d493"),
+    "engine-cap-338": ("e6011d94dc6793535451c377702878174aa53268299a1fe8fff60b12ab522268",
+                       "3592dd7678ed45ac15bfc09aa054e021bae77ff56c5fc91f36410d920b12c9eb"),
+    "engine-cap-338-cancel-on": ("512df529f510fcc3864641cb1b03f12da1b70ee6ea894aa2e2ebfd7842630bf6",
+                                 "6541ce8fbb00720eb1edf8f6fd7530b522270d684cab2038fed15721010be7e8"),
+    "lifo": ("23abbebc14951a1d17b412329bbb83ea1da87e6b38b44bd604cc910c7157b260",
+             "ff8229577515b0e8b135c6f67920fd972f6d1356d3ff0ed3c5fd8fae1f6bdcd5"),
+    "lookup-first": ("6ccb51a229b6378f19896c22d7e30ad76967d31b2389cf57d9f1f13247310021",
+                     "6b47159d4ef2407981a0f0be3944662b783cfef7a5ec9da01ef2b15dfe13597b"),
+    "no-control": ("f38a1e6d1be58a093e24c34298a627c9350f52839558b4153251619c77ae2d3d",
+                   "dd50a8167a582748b88fdad9c64c5fc029bcef1934ca7ae41fa408f5628e7a65"),
+    "proxy-cap": ("4f5ccd324739a6fa2082f77a218cc493a78d1de35dece5a65b9ffdff0ab591b7",
+                  "2288d5a376c7ef6f9ac7b7e7b76f058595a2b6d0fd29e173659b6e3272c8bd55"),
+    "retries-off-cancel-off": ("c1a9fb1826f04de97c0eed9b30c977c36132f64d555dcbede8b6efe8148cbccc",
+                               "17373be5b4736e505341febf47a1217152282114dcfe5dfa10e247bc99b1ae15"),
+    "retries-off-cancel-on": ("69ebbee187de9a75acafbda73dde67d1cc5b86b7af3cf4177ee32e45f16c00e9",
+                              "9c4238469af6d97a1ec0663885761902e6bd1819614585235da001d938990e5a"),
+    "retries-on-cancel-off": ("3fe4af628e553fdcf88ec79f89932db1ce81db114dd07542e795e6b908e860b3",
+                              "dd50a8167a582748b88fdad9c64c5fc029bcef1934ca7ae41fa408f5628e7a65"),
+    "retries-on-cancel-on": ("1e09ab92c596a47cbec1780f61a2737a2b4f859c296930514910eca7251723ed",
+                             "6541ce8fbb00720eb1edf8f6fd7530b522270d684cab2038fed15721010be7e8"),
+    "retry-budget": ("6fd0ca98f6a8b4c3534bf4f3364d346671f65edeb13be0440a3708c025cea408",
+                     "ecfa2187114baed964b74248e4c186f917c3ccffec65f5af9b8bab48f6ea6163"),
+    "retry-budget-cancel-on": ("b8b337a47c316019f76cc3599ea1dca2f1b08febee3437a81c233c0d7b8b8f51",
+                               "ccf8af626f54ee7e1a7c7ffb26d26a40548fcc09d60a83e46a9ffaa414349b10"),
 }
 
 # calibrate() of Qwen2.5-7B-Instruct on trace seed 0 (one of the five C-hat averages).
-CALIBRATION_SEED0 = "6cbd32d25efa17639f83cec1b3e2bf34627393734de64ec4c6f58c8d0aef1756"
+CALIBRATION_SEED0 = "2d510662d01f6880d23eb2c3aba05868deb8accf716bdf6a589f0cf1e4a8dfe0"
 
 # `retrybench run --model qwen2.5-7b-instruct --condition X --seed 77 --json` (C-hat as above): the
 # sha256 of the summary's canonical JSON, minus wall_s and code_version.
 RUN_JSON: dict[str, str] = {
-    "retries-on-cancel-on": "fb09fdce9ccc4af9f017e345894276fc8f427707dbb77fbe466e61dbd59cfe40",
-    "retries-on-cancel-off": "73a0ebecc0e691357d111e1f693c04198e77253ed43255503b530d058582c9aa",
+    "retries-on-cancel-on": "318c16b8fec4068475cf4eefcb2d41418f9c6543ab9b6730dbe628837345e076",
+    "retries-on-cancel-off": "8ce1ae75d21642671f67a363db4e48e84978680aa49840117648f88eceb78ce1",
 }
 
 

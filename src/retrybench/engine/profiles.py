@@ -1,34 +1,56 @@
 """GPU and model profiles: KV capacity and the time of one engine step, from published figures.
 
-A step's time is a roofline plus fixed costs:
+A forward pass runs its kernels one after the other on one stream, so a step's time is the sum of
+its phases, each bound by its own roofline (compute against memory), plus host costs:
 
     t = fixed_s + per_seq_s * seqs
-        + max(GEMM FLOPs / (peak * compute_eff) + attention FLOPs / (peak * attention_eff),
-              bytes / (bandwidth * memory_eff))
+        + linear(tokens)            the layers' projections and MLP, over every scheduled token
+        + elementwise(tokens)       norms, rotary embedding, activation, residual adds
+        + lm_head(sampled)          the LM head, over the one row each sampling execution keeps
+        + attention(prefill chunks) + attention(decodes), each
+              max(attention FLOPs / (peak * attention_eff), KV bytes read / (bandwidth * memory_eff))
 
-GEMM FLOPs count the linear layers for every scheduled token and the LM head for each token
-sampled; attention FLOPs count causal attention over each token's context (its kernels run at a
-lower fraction of peak than GEMMs, hence a constant of its own); bytes count the weights once per
-step and every scheduled execution's KV context.
+Linear layers (and the LM head) cost what a measured profile says, not one efficiency: vLLM runs
+them as cuBLAS GEMMs, whose time at n tokens is the roofline max(FLOPs / peak, weights / bandwidth)
+times a measured ratio r(n): about 1.3 where the weight read or the FLOPs bind, up to 2.2 at the
+knee between them (n near peak / bandwidth, 256-768 tokens on an H100). r(n) comes from Vidur's
+H100 operator profile of Llama-2-7B (microsoft/vidur, data/profiling/compute/h100/meta-llama/
+Llama-2-7b-hf/mlp.csv, medians of attn_pre_proj + attn_post_proj + mlp_up_proj + mlp_down_proj,
+tensor parallel 1; h100_llama2_7b_layer_ms.csv here), read at the token count with the same
+arithmetic intensity relative to the GPU's ridge point, and flat beyond its 4,096 tokens (the
+per-token cost is flat from about 1,024 up). Each model's `linear_scale` is its shapes' departure
+from Llama-2-7B's (prior 1). The elementwise ops are memory-bound: the same profile's per-token
+cost from 1,024 tokens up (0.09 us a token a layer), scaled by hidden and intermediate size and by
+bandwidth; their per-kernel floors at small steps are launch costs that vLLM's CUDA graphs remove.
+
+Prefill and decode attention are two phases, not one roofline over the mixed batch: attention
+kernels specialise their work for each phase and do not overlap a prefill's FLOPs with the decodes'
+KV reads (POD-Attention, Kamath et al., ASPLOS 2025, arXiv 2410.18038, measured that fusing the two
+on each multiprocessor would speed hybrid-batch attention up by 28% on average, up to 59%: the
+overlap today's kernels leave out). So a decode riding in a prefill step pays its own KV read.
 
 Fitted numbers (scripts/fit_profiles.py), from the paper's calibration figures alone (Section 3.2):
-the GPU's fixed step cost and memory efficiency with Qwen2.5-7B's GEMM efficiency (to its C-hat,
-median TTFT and E2E at 1.52 calls/s), then each other model's GEMM efficiency (to its C-hat): GEMM
-efficiency differs with matrix shapes. per_seq_s and attention_eff are priors, not fitted.
+the GPU's fixed step cost and memory efficiency (of KV reads) with Qwen2.5-7B's linear_scale (to
+its C-hat, median TTFT and E2E at 1.52 calls/s), then each other model's linear_scale (to its
+C-hat). per_seq_s and attention_eff are priors (see fitted.toml).
 """
 
 from __future__ import annotations
 
+import bisect
+import csv
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from itertools import accumulate
 from typing import Any
 
 from retrybench.config import EngineConfig
 
-__all__ = ["GPUS", "MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts", "fitted_profiles", "profile_for"]
+__all__ = ["GPUS", "MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts", "elementwise_s_per_token",
+           "fitted_profiles", "gemm_roofline_ratios", "profile_for"]
 
 GIB = 1024**3
 
@@ -44,6 +66,8 @@ class GpuSpec:
     block_size: int = 16
     async_scheduling: bool = True
     kv_cache_bytes: float | None = None
+    # Measured GEMM and elementwise times (the H100's table, for the GPUs); None: the plain roofline.
+    layer_profile: str | None = "h100_llama2_7b_layer_ms.csv"
 
     def engine_defaults(self) -> EngineConfig:
         """vLLM's engine arguments on this platform (the paper's, with the platform's own settings)."""
@@ -73,8 +97,12 @@ class ModelSpec:
         return self.layers * (attention + mlp)
 
     @property
+    def lm_head_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
     def params(self) -> int:
-        return self.layer_params + 2 * self.vocab * self.hidden  # untied embedding and LM head
+        return self.layer_params + 2 * self.lm_head_params  # untied embedding and LM head
 
     @property
     def weight_bytes(self) -> int:
@@ -103,7 +131,7 @@ GPUS: dict[str, GpuSpec] = {
     # The fitted efficiencies absorb what the nominal figures miss (scripts/fit_profiles.py --gpu cpu).
     "cpu": GpuSpec(name="CPU, 2 cores (vLLM CPU build), time scale 0.1", memory_bytes=24 * GIB,
                    bandwidth_bytes_per_s=2e9, bf16_flops_per_s=0.05e12, block_size=128, async_scheduling=False,
-                   kv_cache_bytes=2 * GIB),
+                   kv_cache_bytes=2 * GIB, layer_profile=None),
 }
 
 MODELS: dict[str, ModelSpec] = {
@@ -127,9 +155,9 @@ class StepCosts:
 
     fixed_s: float
     per_seq_s: float
-    compute_eff: float  # of GEMMs
+    linear_scale: float  # this model's GEMM time relative to the measured profile (1: as Llama-2-7B's)
     attention_eff: float
-    memory_eff: float
+    memory_eff: float  # of KV reads
 
 
 @cache
@@ -141,7 +169,7 @@ def _fitted() -> dict[str, Any]:
 def fitted_profiles() -> list[tuple[str, str]]:
     """The (GPU, model) pairs with fitted constants: the paper's models on the GPUs, the tiny Llama on
     the CPU build."""
-    return [(gpu, model) for gpu, table in _fitted()["gpu"].items() for model in table["compute_eff"]]
+    return [(gpu, model) for gpu, table in _fitted()["gpu"].items() for model in table["linear_scale"]]
 
 
 def fitted_costs(gpu: str, model: str) -> StepCosts:
@@ -150,7 +178,7 @@ def fitted_costs(gpu: str, model: str) -> StepCosts:
                          + ", ".join(f"{m} on {g}" for g, m in fitted_profiles()))
     table = _fitted()["gpu"][gpu]
     return StepCosts(fixed_s=float(table["fixed_s"]), per_seq_s=float(table["per_seq_s"]),
-                     compute_eff=float(table["compute_eff"][model]),
+                     linear_scale=float(table["linear_scale"][model]),
                      attention_eff=float(table["attention_eff"]), memory_eff=float(table["memory_eff"]))
 
 
@@ -192,42 +220,119 @@ class EngineProfile:
         return blocks
 
     def step_time_s(self, *, seqs: int, tokens: int, sampled: int, attention_pairs: float,
-                    context_tokens: int) -> float:
+                    context_tokens: int, decode_context_tokens: int = 0) -> float:
         """Time of one step.
 
         tokens: tokens computed this step (prefill chunks + one per decode); sampled: executions
         that sample a token; attention_pairs: sum over computed tokens of their context length;
-        context_tokens: KV tokens read, summed over the step's executions.
+        context_tokens: KV tokens read, summed over the step's executions; decode_context_tokens:
+        the part of both that belongs to decodes (one query token each).
         """
-        return self.step_timer()(seqs, tokens, sampled, attention_pairs, context_tokens)
+        return self.step_timer()(seqs, tokens, sampled, attention_pairs, context_tokens, decode_context_tokens)
 
-    def step_timer(self) -> Callable[[int, int, int, float, int], float]:
+    def step_timer(self) -> Callable[[int, int, int, float, int, int], float]:
         """`step_time_s` with this profile's constants worked out once: the simulator times every
         step, and the constants (derived properties) cost more to recompute than the formula.
-        Arguments are positional: (seqs, tokens, sampled, attention_pairs, context_tokens)."""
-        model = self.model
-        costs = self.costs
-        peak = self.gpu.bf16_flops_per_s
-        gemm_per_token = 2.0 * model.layer_params
-        gemm_per_sample = 2.0 * model.vocab * model.hidden
-        attention_per_pair = model.attention_flops_per_token_pair
-        weight_bytes = model.weight_bytes
-        kv_bytes_per_token = model.kv_bytes_per_token
-        gemm_flops_per_s = peak * costs.compute_eff
-        attention_flops_per_s = peak * costs.attention_eff
-        bytes_per_s = self.gpu.bandwidth_bytes_per_s * costs.memory_eff
-        fixed_s = costs.fixed_s
-        per_seq_s = costs.per_seq_s
+        Arguments are positional: (seqs, tokens, sampled, attention_pairs, context_tokens,
+        decode_context_tokens)."""
+        model, gpu, costs = self.model, self.gpu, self.costs
+        peak, bandwidth = gpu.bf16_flops_per_s, gpu.bandwidth_bytes_per_s
+        ratio = gemm_roofline_ratios(gpu.layer_profile, peak / bandwidth)
+        last = len(ratio) - 1
+        scale = costs.linear_scale
+        # Roofline seconds of the layers' GEMMs per token and for their weight read; the same for the LM head.
+        layer_flop_s = scale * 2.0 * model.layer_params / peak
+        # The measured profile holds the weight read's own efficiency (its ratio at small steps); without
+        # one (the CPU build), the weights are read at the fitted memory efficiency, as the KV cache is.
+        read_bandwidth = bandwidth / scale if gpu.layer_profile else bandwidth * costs.memory_eff
+        layer_read_s = model.layer_params * model.dtype_bytes / read_bandwidth
+        head_flop_s = scale * 2.0 * model.lm_head_params / peak
+        head_read_s = model.lm_head_params * model.dtype_bytes / read_bandwidth
+        elementwise_s = model.layers * elementwise_s_per_token(gpu.layer_profile, model.hidden, model.intermediate,
+                                                               bandwidth)
+        attention_s_per_pair = model.attention_flops_per_token_pair / (peak * costs.attention_eff)
+        kv_s_per_token = model.kv_bytes_per_token / (bandwidth * costs.memory_eff)
+        fixed_s, per_seq_s = costs.fixed_s, costs.per_seq_s
 
-        def step_time_s(seqs: int, tokens: int, sampled: int, attention_pairs: float, context_tokens: int) -> float:
-            gemm = gemm_per_token * tokens + gemm_per_sample * sampled
-            attention = attention_per_pair * attention_pairs
-            data = weight_bytes + kv_bytes_per_token * context_tokens
-            compute_s = gemm / gemm_flops_per_s + attention / attention_flops_per_s
-            memory_s = data / bytes_per_s
-            return fixed_s + per_seq_s * seqs + (compute_s if compute_s >= memory_s else memory_s)
+        def step_time_s(seqs: int, tokens: int, sampled: int, attention_pairs: float, context_tokens: int,
+                        decode_context_tokens: int) -> float:
+            compute = layer_flop_s * tokens
+            linear = ratio[tokens if tokens < last else last] * (compute if compute > layer_read_s else layer_read_s)
+            head = 0.0
+            if sampled:
+                compute = head_flop_s * sampled
+                head = ratio[sampled if sampled < last else last] * (compute if compute > head_read_s else head_read_s)
+            prefill_flops = attention_s_per_pair * (attention_pairs - decode_context_tokens)
+            prefill_kv = kv_s_per_token * (context_tokens - decode_context_tokens)
+            decode_flops = attention_s_per_pair * decode_context_tokens
+            decode_kv = kv_s_per_token * decode_context_tokens
+            return (fixed_s + per_seq_s * seqs + linear + head + elementwise_s * tokens
+                    + (prefill_flops if prefill_flops > prefill_kv else prefill_kv)
+                    + (decode_flops if decode_flops > decode_kv else decode_kv))
 
         return step_time_s
+
+
+# The GPU and model of the measured layer profile: Vidur's H100 (SXM: its smallest steps read the weights
+# at 2.6 TB/s, beyond a PCIe card's 2.0) and Llama-2-7B (no GQA: 4 x 4096^2 + 3 x 4096 x 11008 per layer).
+PROFILED_PEAK_FLOPS = 989.4e12
+PROFILED_BANDWIDTH = 3.35e12
+PROFILED_HIDDEN, PROFILED_INTERMEDIATE = 4096, 11008
+PROFILED_LAYER_PARAMS = 4 * PROFILED_HIDDEN**2 + 3 * PROFILED_HIDDEN * PROFILED_INTERMEDIATE
+ELEMENTWISE_FROM_TOKENS = 1024  # where the per-token cost of the elementwise ops has flattened
+RATIO_TOKENS = 16_384  # ratios are tabulated per token count up to this; beyond, the last holds
+
+
+@cache
+def _layer_profile(name: str) -> tuple[tuple[int, float, float, float], ...]:
+    """(tokens, linear ms, hidden-sized elementwise ms, MLP activation ms) per layer, by token count."""
+    text = (resources.files("retrybench") / "engine" / name).read_text()
+    return tuple((int(row["tokens"]), float(row["linear_ms"]), float(row["hidden_elementwise_ms"]),
+                  float(row["mlp_activation_ms"])) for row in csv.DictReader(text.splitlines()))
+
+
+@cache
+def gemm_roofline_ratios(profile: str | None, ridge_tokens: float) -> tuple[float, ...]:
+    """Measured GEMM time over its roofline time, for 0..RATIO_TOKENS tokens on a GPU whose ridge point
+    (peak FLOPs / bandwidth: the token count where a GEMM's FLOPs and weight read take as long) is
+    `ridge_tokens`. The profile is read at the same share of its own GPU's ridge point; linear between
+    its rows, flat beyond its ends. Without a profile, the plain roofline (1)."""
+    if profile is None:
+        return (1.0,) * (RATIO_TOKENS + 1)
+    rows = _layer_profile(profile)
+    tokens = [row[0] for row in rows]
+    # A step is never slower than the next larger measured one: it could be padded to it (vLLM pads
+    # to its CUDA-graph sizes). The suffix minimum also irons out single medians' tile-size noise.
+    measured = list(accumulate((row[1] * 1e-3 for row in reversed(rows)), min))[::-1]
+    weight_read_s = 2.0 * PROFILED_LAYER_PARAMS / PROFILED_BANDWIDTH
+    roofline = [max(2.0 * PROFILED_LAYER_PARAMS * n / PROFILED_PEAK_FLOPS, weight_read_s) for n in tokens]
+    ratios = [m / r for m, r in zip(measured, roofline, strict=True)]
+    to_profiled = (PROFILED_PEAK_FLOPS / PROFILED_BANDWIDTH) / ridge_tokens
+
+    def at(n: int) -> float:
+        x = max(n, 1) * to_profiled
+        i = bisect.bisect_left(tokens, x)
+        if i == 0:
+            return ratios[0]
+        if i == len(tokens):
+            return ratios[-1]
+        share = (x - tokens[i - 1]) / (tokens[i] - tokens[i - 1])
+        return ratios[i - 1] + share * (ratios[i] - ratios[i - 1])
+
+    return tuple(at(n) for n in range(RATIO_TOKENS + 1))
+
+
+def elementwise_s_per_token(profile: str | None, hidden: int, intermediate: int, bandwidth: float) -> float:
+    """Seconds a token a layer of the memory-bound elementwise ops (norms, rotary, residual adds scale
+    with the hidden size, the MLP's activation with its intermediate size), from the profile's rows of
+    ELEMENTWISE_FROM_TOKENS tokens and more, at this GPU's bandwidth. Without a profile, none."""
+    if profile is None:
+        return 0.0
+    rows = [row for row in _layer_profile(profile) if row[0] >= ELEMENTWISE_FROM_TOKENS]
+    hidden_s = sum(row[2] * 1e-3 / row[0] for row in rows) / len(rows)
+    activation_s = sum(row[3] * 1e-3 / row[0] for row in rows) / len(rows)
+    per_token = hidden_s * hidden / PROFILED_HIDDEN + activation_s * intermediate / PROFILED_INTERMEDIATE
+    return per_token * PROFILED_BANDWIDTH / bandwidth
 
 
 def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = None,

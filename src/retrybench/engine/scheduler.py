@@ -183,6 +183,7 @@ class Batch:
     sampled: int = 0
     attention_pairs: float = 0.0
     context_tokens: int = 0
+    decode_context_tokens: int = 0  # of those, the context of the decodes (one query token each)
     explicit_decode: list[tuple[Request, int]] = field(default_factory=list)  # (request, epoch): one token each
     preempted: list[int] = field(default_factory=list)
     admitted: list[tuple[int, int]] = field(default_factory=list)  # (rid, prefix-cache hit tokens)
@@ -448,6 +449,7 @@ class Scheduler:
             batch.sampled += members
             batch.attention_pairs += context
             batch.context_tokens += context
+            batch.decode_context_tokens += context
         else:
             if self._pending or self._decoding:
                 self._dissolve_group()
@@ -525,6 +527,7 @@ class Scheduler:
             batch.sampled += count
             batch.attention_pairs += decode_context
             batch.context_tokens += decode_context
+            batch.decode_context_tokens += decode_context
         return budget, bool(batch.preempted)
 
     def _grow_or_preempt(self, batch: Batch, request: Request, n: int) -> bool:

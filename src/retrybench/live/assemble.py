@@ -21,7 +21,8 @@ __all__ = ["Scrape", "assemble_run_log", "resample"]
 
 _FATES: dict[str, runlog.Fate] = {
     "completed": runlog.FATE_COMPLETED, "orphaned": runlog.FATE_ORPHANED, "cancelled": runlog.FATE_CANCELLED,
-    "dropped": runlog.FATE_DROPPED, "refused": runlog.FATE_REFUSED, "failed": runlog.FATE_REFUSED}
+    "dropped": runlog.FATE_DROPPED, "refused": runlog.FATE_REFUSED, "failed": runlog.FATE_REFUSED,
+    "unfinished": runlog.FATE_UNFINISHED}
 
 
 @dataclass(frozen=True, slots=True)

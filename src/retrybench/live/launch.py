@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING
@@ -56,17 +57,29 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def _child_setup(cpus: frozenset[int] | None) -> Callable[[], None]:
+    """The child's setup before exec: die with the parent and, given `cpus`, run on those CPUs only
+    (every process and thread it starts inherits them)."""
+    def setup() -> None:
+        _die_with_parent()
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+    return setup
+
+
 class ServerProcess:
     """A server subprocess that is ready (its health URL answers 200) inside the `with` block and
-    gone after it, whatever happened. `env` adds to (and overrides) this process's environment."""
+    gone after it, whatever happened. `env` adds to (and overrides) this process's environment;
+    `cpus` pins the server to those CPUs (default: this process's own affinity)."""
 
     def __init__(self, argv: list[str], *, health_url: str, log_path: Path, start_timeout_s: float = 30.0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
         self.argv = argv
         self.health_url = health_url
         self.log_path = log_path
         self.start_timeout_s = start_timeout_s
         self.env = env
+        self.cpus = cpus
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -90,7 +103,8 @@ class ServerProcess:
         self._log = self.log_path.open("wb")
         env = None if self.env is None else {**os.environ, **self.env}
         self._process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
-                                         stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
+                                         stderr=subprocess.STDOUT, env=env,
+                                         preexec_fn=_child_setup(self.cpus))
         try:
             self._wait_ready()
         except BaseException:

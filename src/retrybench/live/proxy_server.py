@@ -63,6 +63,7 @@ FORWARDED_HEADERS = ("Authorization", "Content-Type", "Accept")
 JSON = "application/json"
 logger = logging.getLogger(__name__)
 MAX_CLIENT_BUFFER = 4 << 20  # bytes queued for one client before it counts as gone
+SHUTDOWN = "shutdown"  # an execution's outcome when the proxy stopped while it ran
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +215,8 @@ class ProxyServer:
         self._pool: UpstreamPool | None = None  # for executions
         self._runner: web.AppRunner | None = None
         self._scraper: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._awaited_at_stop: set[int] = set()  # executions a client still waited for when the proxy stopped
         header = {"t0_unix": time.time(), "time_scale": settings.time_scale, "upstream": settings.upstream,
                   "policy": asdict(settings.policy)}
         self.log = EventLog(settings.log_path, header, keep=settings.keep_log)
@@ -237,6 +240,8 @@ class ProxyServer:
         return bound
 
     async def stop(self) -> None:
+        self._stopping = True  # the executions ended below are cut off by the shutdown, not cancelled
+        self._awaited_at_stop = {i for i, r in self.relays.items() if r.live or r.pending}
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -449,10 +454,10 @@ class ProxyServer:
                     relay.on_end(f"proxy error: {error!r}")
             outcome = await relay.ended
         except asyncio.CancelledError:
-            outcome = "cancelled"
+            outcome = SHUTDOWN if self._stopping else "cancelled"
             raise
         finally:
-            if outcome == "cancelled":
+            if outcome in ("cancelled", SHUTDOWN):
                 relay.close_upstream()
             self._finish(relay, outcome)
 
@@ -466,7 +471,11 @@ class ProxyServer:
         return "refused" if relay.status == 503 else "failed"
 
     def _finish(self, relay: Relay, outcome: str) -> None:
-        """The execution ended: wake every subscriber, free its buffers, count its fate."""
+        """The execution ended: wake every subscriber, free its buffers, count its fate.
+
+        An execution still running when the proxy stops was not cancelled by a policy: it is logged
+        as the simulator records an execution live at the end of a run, orphaned when nobody waited
+        for it any more, else unfinished, and not counted in /metrics (the proxy is going away)."""
         relay.done = True
         relay.ready.set()
         for sub in relay.live:
@@ -475,9 +484,12 @@ class ProxyServer:
         delivered = relay.subscribers > 0 and (relay.live or relay.pending)
         self.relays.pop(relay.execution_id, None)
         self.core.forget(relay.execution_id)
+        cut_off = outcome == SHUTDOWN
         if outcome == "completed":
             outcome = "completed" if delivered else "orphaned"
-        if outcome != "cancelled":  # cancellations are counted when they are decided
+        elif cut_off:
+            outcome = "unfinished" if relay.execution_id in self._awaited_at_stop else "orphaned"
+        if outcome != "cancelled" and not cut_off:  # cancellations are counted when they are decided
             self.metrics.fate(outcome)
         if self.log.active:
             self._log({"ev": "end", "execution": relay.execution_id, "fate": outcome})

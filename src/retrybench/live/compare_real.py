@@ -1,0 +1,306 @@
+"""The simulator against a real vLLM (CPU build, tiny model, scaled trace), run so that it can be trusted.
+
+1. Pin: the engine on one CPU, this process (load generator, and the proxy it starts) on another
+   (live.pinning), and record the harness's own CPU share of every live run.
+2. Calibrate C-hat `calibrations` times (the paper's 300-s stages, one stage per live run, stopping
+   at the first saturated one); their mean sets every run's rates, their spread may refuse the
+   comparison (live.comparison.band_of).
+3. The capacity curve: completions per second and median TTFT at 0.5-1.5 x C-hat, live and simulated.
+4. The scaled diagnostic on each condition, live, then simulated with the engine at the band's lowest
+   and highest C-hat (live.simband); a short 1.5 x C-hat speed probe after each live run measures the
+   engine's capacity around it, and decides with the run's own saturated throughput whether it is VOID.
+
+Everything lands in one JSON file (`real-engine.json`), which `retrybench reproduce` shows as the
+report's "Real engine" section. Clocks run `time_scale` wall seconds per trace second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from retrybench.analysis import summarize
+from retrybench.analysis.calibrate import CALIBRATION_CLIENT, FIRST_STAGE_RATE, SATURATION_PER_S, STAGE_FACTOR, STAGE_S
+from retrybench.analysis.calibrate import calibration_from_log as _stage_result
+from retrybench.atomicfile import write_atomic
+from retrybench.config import WorkloadSpec
+from retrybench.live.aio import metric_sums
+from retrybench.live.comparison import (
+    Band,
+    SaturatedThroughput,
+    band_of,
+    capacity_check,
+    compare_condition,
+    saturated_throughput,
+    stage_point,
+)
+from retrybench.live.launch import free_port
+from retrybench.live.pinning import HarnessMeter, PinningPlan, pin_harness, pinning_plan
+from retrybench.live.run import LiveRun, run_live
+from retrybench.live.simband import simulate_calls_at, simulate_spec_at, speed_for_capacity
+from retrybench.live.vllm import VllmArgs, vllm_process
+from retrybench.spec import RunSpec
+from retrybench.tinymodel import make_tiny_model
+from retrybench.workload import Trace, concat_calls, stage_trace
+
+__all__ = ["CONDITIONS", "CURVE_LOADS", "FORMAT", "RESULT_FILE", "CompareSettings", "compare_real_engine"]
+
+FORMAT = "retrybench-real-engine/1"
+RESULT_FILE = "real-engine.json"
+# The scaled diagnostic's conditions, with whether the paper's engine recovers under each.
+CONDITIONS: dict[str, bool] = {"retries-on-cancel-on": False, "retries-off-cancel-on": True, "coalescing": True,
+                               "deferred-cancellation": True, "retry-budget": True}
+CURVE_LOADS = (0.5, 0.75, 1.0, 1.25, 1.5)
+PROBE_LOAD = 1.5
+COMPARED = ("recovered", "recovery_s", "hold_delivered_pct", "pulse_delivered_pct", "created_x", "completed_x",
+            "retry_share_pct", "mean_waiting", "attempts", "retries_attached", "executions_cancelled",
+            "executions_created")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareSettings:
+    out: Path
+    model: str = "tiny-llama"  # the simulated profile (`cpu` x `tiny-llama`, fitted to this engine)
+    gpu: str = "cpu"
+    time_scale: float = 0.1
+    token_scale: float = 0.1
+    seed: int = 1
+    calibrations: int = 3
+    first_stage: int = 2  # the first calibration starts at 0.2 x 1.5^2 = 0.45 calls/s
+    max_stages: int = 9
+    stage_s: float = STAGE_S
+    curve_loads: tuple[float, ...] = CURVE_LOADS
+    curve_stage_s: float = 120.0
+    probe_s: float = 120.0
+    conditions: tuple[str, ...] = tuple(CONDITIONS)
+    pin: bool = True
+    run_when_refused: bool = False  # go on after a refused calibration band (the data, marked refused)
+    engine_start_timeout_s: float = 300.0
+    log: Callable[[str], None] = field(default=print, compare=False)
+
+
+def compare_real_engine(settings: CompareSettings, *, engine_url: str | None = None,
+                        executable: str | None = None) -> dict[str, Any]:
+    """Run the whole comparison and write `settings.out / RESULT_FILE`; return what it wrote. Starts
+    a vLLM process serving a tiny model (`executable`, default vllm_locate's), unless `engine_url` is
+    given (then nothing is pinned: the engine was started elsewhere)."""
+    started = time.monotonic()
+    out = settings.out
+    out.mkdir(parents=True, exist_ok=True)
+    available = frozenset(os.sched_getaffinity(0))
+    plan = pinning_plan(available) if settings.pin and engine_url is None else PinningPlan(
+        engine_cpus=None, harness_cpus=None,
+        note="not pinned: " + ("the engine was started elsewhere" if engine_url else "pinning turned off"))
+    settings.log(f"pinning: {plan.note}")
+    record: dict[str, Any] = {"format": FORMAT, "settings": _settings_json(settings), "pinning": plan.to_json(),
+                              "started_unix": time.time()}
+    try:
+        pin_harness(plan)
+        if engine_url is not None:
+            _live_part(settings, engine_url, record)
+        else:
+            model = make_tiny_model(out / "tiny-llama")
+            args = VllmArgs(model=str(model), port=free_port())
+            with vllm_process(args, log_path=out / "vllm.log", executable=executable, env=plan.engine_env(),
+                              cpus=plan.engine_cpus, start_timeout_s=settings.engine_start_timeout_s):
+                _live_part(settings, f"http://127.0.0.1:{args.port}", record)
+    finally:
+        os.sched_setaffinity(0, available)
+    if "band" in record and (record["band"]["refusal"] is None or settings.run_when_refused):
+        _simulated_part(settings, record)
+    record["wall_s"] = time.monotonic() - started
+    record = _finite(record)
+    write_atomic(out / RESULT_FILE, json.dumps(record, indent=1, allow_nan=False))
+    return record
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities as None, so the file is valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _settings_json(settings: CompareSettings) -> dict[str, Any]:
+    data = asdict(settings)
+    data.pop("log")
+    data["out"] = str(settings.out)
+    return data
+
+
+# -- live -----------------------------------------------------------------------------------------
+
+
+def _live_part(settings: CompareSettings, url: str, record: dict[str, Any]) -> None:
+    """Calibrations, then (unless refused) the capacity curve and the conditions, live."""
+    calibrations = _calibrate(settings, url)
+    record["calibrations"] = calibrations
+    band = band_of([c["chat"] for c in calibrations], at_least=settings.calibrations)
+    record["band"] = band.to_json()
+    served = [c["service_per_s"] for c in calibrations if c["service_per_s"] is not None]
+    # What the void rule compares a run's saturated completions/s with: the same measure in the
+    # calibrations' saturated stages. C-hat (rate - waiting growth) reads higher on an engine whose
+    # running batch (256 sequences) absorbs a backlog before its waiting queue grows.
+    record["service_per_s"] = sum(served) / len(served) if served else band.mean
+    settings.log(f"C-hat {', '.join(f'{c:.3f}' for c in band.chats)}: mean {band.mean:.3f}, spread "
+                 f"{100 * band.spread:.1f}%" + (f"; REFUSED: {band.refusal}" if band.refusal else ""))
+    if band.refusal is not None and not settings.run_when_refused:
+        return
+    record["capacity_curve"] = [_curve_point_live(settings, url, band, load) for load in settings.curve_loads]
+    probe = record["capacity_curve"][-1]["live_saturated"] if settings.curve_loads[-1] == PROBE_LOAD else None
+    conditions = []
+    for condition in settings.conditions:
+        row = _condition_live(settings, url, band, condition, probe)
+        probe = row["probe_after"]
+        conditions.append(row)
+    record["conditions"] = conditions
+
+
+def _stage_trace(settings: CompareSettings, rate: float, duration_s: float, seed: int) -> Trace:
+    spec = WorkloadSpec(chat_calls_per_s=1.0).scaled(settings.token_scale)
+    return Trace(spec=spec, seed=seed, calls=concat_calls([stage_trace(rate, duration_s, seed, spec)]))
+
+
+def _stage_live(settings: CompareSettings, url: str, workdir: Path, rate: float, duration_s: float, seed: int,
+                chat: float) -> tuple[LiveRun, float]:
+    """One constant-rate stage without retries or deadline, live; with the harness's CPU %."""
+    spec = RunSpec(model=settings.model, condition="retries-off-cancel-off", seed=seed, gpu=settings.gpu,
+                   token_scale=settings.token_scale)
+    _wait_idle(url)
+    with HarnessMeter() as meter:
+        run = run_live(spec, time_scale=settings.time_scale, workdir=workdir, chat=chat, engine_url=url,
+                       trace=_stage_trace(settings, rate, duration_s, seed), client=CALIBRATION_CLIENT)
+    return run, meter.pct
+
+
+def _calibrate(settings: CompareSettings, url: str) -> list[dict[str, Any]]:
+    """`settings.calibrations` calibrations, each a climb of 300-s stages (x1.5) stopped at the first
+    whose engine queue grows by SATURATION_PER_S; a later one starts two stages below where the
+    previous one saturated. C-hat = that stage's rate - the queue's growth (Section 3.2)."""
+    results: list[dict[str, Any]] = []
+    first = settings.first_stage
+    for n in range(settings.calibrations):
+        stages: list[dict[str, Any]] = []
+        chat = None
+        for k in range(first, first + settings.max_stages):
+            rate = FIRST_STAGE_RATE * STAGE_FACTOR**k
+            run, cpu = _stage_live(settings, url, settings.out / f"calibration-{n}" / f"stage-{k}", rate,
+                                   settings.stage_s, seed=100 * n + k, chat=1.0)
+            stage = _stage_result(run.log, [(rate, 0.0, settings.stage_s)], threshold_per_s=-float("inf")).saturated
+            stages.append({**asdict(stage), "index": k, "harness_cpu_pct": cpu,
+                           "saturated": saturated_throughput(run.log).to_json()})
+            settings.log(f"calibration {n + 1}: {rate:.3f} calls/s, queue growth {stage.growth_per_s:.3f}/s, "
+                         f"harness CPU {cpu:.0f}%")
+            if stage.growth_per_s >= SATURATION_PER_S:
+                chat = rate - stage.growth_per_s
+                first = max(k - 2, 0)
+                break
+        if chat is None:
+            raise RuntimeError(f"calibration {n + 1}: no stage saturated up to {stages[-1]['rate_calls_per_s']:.3f} "
+                               "calls/s; raise max_stages")
+        results.append({"chat": chat, "stages": stages, "service_per_s": stages[-1]["saturated"]["per_s"]})
+    return results
+
+
+def _curve_point_live(settings: CompareSettings, url: str, band: Band, load: float) -> dict[str, Any]:
+    rate = load * band.mean
+    run, cpu = _stage_live(settings, url, settings.out / "curve" / f"x{load:g}", rate, settings.curve_stage_s,
+                           seed=settings.seed, chat=band.mean)
+    point = stage_point(run.log, load_x=load, rate=rate, stage_s=settings.curve_stage_s)
+    settings.log(f"capacity curve {load:g} x C-hat: {point.completions_per_s:.3f} completions/s, median TTFT "
+                 f"{point.median_ttft_s}, harness CPU {cpu:.0f}%")
+    return {"load_x": load, "rate_calls_per_s": rate, "live": point.to_json(),
+            "live_saturated": point.saturated.to_json(), "harness_cpu_pct": cpu}
+
+
+def _condition_live(settings: CompareSettings, url: str, band: Band, condition: str,
+                    probe_before: dict[str, Any] | None) -> dict[str, Any]:
+    spec = RunSpec(model=settings.model, gpu=settings.gpu, condition=condition, seed=settings.seed,
+                   token_scale=settings.token_scale)
+    _wait_idle(url)
+    with HarnessMeter() as meter:
+        live = run_live(spec, time_scale=settings.time_scale, workdir=settings.out / condition, chat=band.mean,
+                        engine_url=url)
+    row = summarize(live.log)
+    probe_run, probe_cpu = _stage_live(settings, url, settings.out / condition / "probe", PROBE_LOAD * band.mean,
+                                       settings.probe_s, seed=settings.seed, chat=band.mean)
+    probe = saturated_throughput(probe_run.log)
+    during = saturated_throughput(live.log)
+    ends = [e.fate for e in live.log.executions]
+    settings.log(f"{condition}: live recovered={row['recovered']}, hold {row['hold_delivered_pct']}%, "
+                 f"completed_x {row['completed_x']}; engine {during.per_s} completions/s saturated, probe "
+                 f"{probe.per_s}; harness CPU {meter.pct:.0f}%")
+    return {"condition": condition, "paper_recovers": CONDITIONS.get(condition), "live": _picked(row),
+            "harness_cpu_pct": meter.pct, "probe_harness_cpu_pct": probe_cpu, "saturated": during.to_json(),
+            "probe_before": probe_before, "probe_after": probe.to_json(),
+            "fates": {fate: ends.count(fate) for fate in sorted(set(ends))},
+            "send_lateness_ms": live.load.meta.get("send_lateness")}
+
+
+def _picked(row: Any) -> dict[str, Any]:
+    return {key: row.get(key) for key in COMPARED}
+
+
+def _wait_idle(url: str, timeout_s: float = 180.0) -> None:
+    """Until the engine's running and waiting gauges read 0: a run must not inherit another's queue."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(url + "/metrics", timeout=10.0) as response:
+            seen = metric_sums(response.read())
+        if seen.get("vllm:num_requests_running", 0) + seen.get("vllm:num_requests_waiting", 0) == 0:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the engine at {url} did not go idle within {timeout_s} s: running "
+                       f"{seen.get('vllm:num_requests_running')}, waiting {seen.get('vllm:num_requests_waiting')}")
+
+
+# -- simulated ------------------------------------------------------------------------------------
+
+
+def _simulated_part(settings: CompareSettings, record: dict[str, Any]) -> None:
+    """The simulator on the same inputs, its engine sped up or slowed down to calibrate at the band's
+    lowest, mean and highest C-hat, and the verdicts."""
+    band = band_of(record["band"]["chats"], at_least=settings.calibrations)
+    fits = {name: speed_for_capacity(settings.model, settings.gpu, chat, token_scale=settings.token_scale)
+            for name, chat in (("low", band.low), ("mean", band.mean), ("high", band.high))}
+    record["sim_speeds"] = {name: asdict(fit) for name, fit in fits.items()}
+    settings.log("simulated engine: " + ", ".join(f"{n} x{f.speed:.3f} (C-hat {f.chat:.3f} for {f.target:.3f})"
+                                                  for n, f in fits.items()))
+    for point in record.get("capacity_curve", []):
+        trace = _stage_trace(settings, point["rate_calls_per_s"], settings.curve_stage_s, settings.seed)
+        log = simulate_calls_at(trace.calls, model=settings.model, gpu=settings.gpu, speed=fits["mean"].speed,
+                                client=CALIBRATION_CLIENT, prefix_tokens=trace.spec.shared_prefix_tokens,
+                                seed=settings.seed, meta={"chat": band.mean})
+        point["sim"] = stage_point(log, load_x=point["load_x"], rate=point["rate_calls_per_s"],
+                                   stage_s=settings.curve_stage_s).to_json()
+    for row in record.get("conditions", []):
+        run_spec = RunSpec(model=settings.model, gpu=settings.gpu, condition=row["condition"], seed=settings.seed,
+                           token_scale=settings.token_scale)
+        ends = {name: _picked(summarize(simulate_spec_at(run_spec, chat=band.mean, speed=fits[end].speed)))
+                for name, end in (("sim_low", "low"), ("sim_high", "high"))}
+        row.update(ends)
+        measured = {"run": _throughput(row["saturated"])}
+        if row["probe_before"] is not None:
+            measured["probe before"] = _throughput(row["probe_before"])
+        measured["probe after"] = _throughput(row["probe_after"])
+        verdict = compare_condition(row["condition"], row["live"], ends["sim_low"], ends["sim_high"], band=band,
+                                    capacity=capacity_check(measured, record["service_per_s"]))
+        row["verdict"] = verdict.to_json()
+        settings.log(f"{row['condition']}: {verdict.status} ({verdict.reason})")
+
+
+def _throughput(data: dict[str, Any]) -> SaturatedThroughput:
+    return SaturatedThroughput(saturated_s=data["saturated_s"], completions=data["completions"],
+                               cancelled=data["cancelled"], per_s=data["per_s"])
