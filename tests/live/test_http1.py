@@ -54,3 +54,23 @@ def test_the_response_head() -> None:
     for bad in (b"HTTP/2 200", b"garbage", b"HTTP/1.1 200 OK\r\nno colon here"):
         with pytest.raises(FramingError):
             parse_response_head(bad)
+
+
+def test_reads_of_one_whole_chunk_each_take_the_short_path_and_still_find_the_end() -> None:
+    """A stream read chunk by chunk (the proxy's usual case), with payloads that look like framing:
+    an end marker inside a chunk is data, a chunk extension still parses, and the last chunk ends it."""
+    payloads = [b"data: 1\n\n", b"x\r\n0\r\n\r\n", b"0\r\n\r\n", b"y" * 4096]
+    reads = [frame_chunk(p) for p in payloads] + [b"3;ext=1\r\nabc\r\n", b"0\r\n\r\n"]
+    scanner = ChunkedScanner()
+    for read in reads[:-1]:
+        assert scanner.feed(read) == len(read) and not scanner.done, read
+    assert scanner.feed(reads[-1] + b"HTTP/1.1") == len(reads[-1]) and scanner.done
+
+
+def test_a_read_holding_more_or_less_than_one_chunk_is_followed_exactly() -> None:
+    two = frame_chunk(b"ab") + frame_chunk(b"cd")
+    scanner = ChunkedScanner()
+    assert scanner.feed(two) == len(two) and not scanner.done
+    half = frame_chunk(b"hello")
+    assert scanner.feed(half[:4]) == 4 and scanner.feed(half[4:]) == len(half) - 4 and not scanner.done
+    assert scanner.feed(b"0\r\n\r\n") == 5 and scanner.done

@@ -65,26 +65,60 @@ def frame_chunk(payload: bytes) -> bytes:
 
 
 class ChunkedScanner:
-    """Where a chunked body ends, fed the body's bytes in any pieces; optionally its payload."""
+    """Where a chunked body ends, fed the body's bytes in any pieces; optionally its payload.
 
-    __slots__ = ("_line", "_need", "_state")
+    `feed` runs once per streamed chunk, so its common case (a read holding whole chunks) is
+    tested first and takes the fewest steps."""
+
+    __slots__ = ("_line", "_need", "_state", "done")
 
     def __init__(self) -> None:
         self._state = _SIZE
         self._need = 0
         self._line = b""
-
-    @property
-    def done(self) -> bool:
-        return self._state == _DONE
+        self.done = False  # the last chunk and the trailer are in
 
     def feed(self, data: bytes, payload: list[bytes] | None = None) -> int:
         """Consume `data`; return how many of its bytes belong to the body (the rest, if any,
         follows the body's end). Payload pieces are appended to `payload` when it is given."""
-        pos, end = 0, len(data)
+        end = len(data)
+        if self._state == _SIZE and payload is None and not self._line:  # one whole chunk: most reads
+            newline = data.find(b"\n")
+            if 0 < newline < MAX_LINE and data[end - 2:] == b"\r\n":
+                try:
+                    size = int(data[:newline], 16)  # int() ignores the CR; an extension fails it
+                except ValueError:
+                    size = 0
+                if size > 0 and newline + size + 3 == end:
+                    return end
+        pos = 0
         while pos < end:
             state = self._state
-            if state == _DATA:
+            if state in (_SIZE, _TRAILER):
+                newline = data.find(b"\n", pos)
+                if newline < 0:
+                    self._line += data[pos:]
+                    if len(self._line) > MAX_LINE:
+                        raise FramingError("chunk-size line too long")
+                    return end
+                line = self._line + data[pos:newline] if self._line else data[pos:newline]
+                self._line = b""
+                pos = newline + 1
+                if state == _TRAILER:
+                    if not line.rstrip(b"\r"):
+                        self._state, self.done = _DONE, True
+                        return pos
+                    continue
+                size = _chunk_size(line)
+                if size == 0:
+                    self._state = _TRAILER
+                elif payload is None and pos + size + 2 <= end:  # the common case: the whole chunk is here
+                    if data[pos + size:pos + size + 2] != b"\r\n":
+                        raise FramingError("chunk data not followed by CRLF")
+                    pos += size + 2
+                else:
+                    self._state, self._need = _DATA, size
+            elif state == _DATA:
                 take = min(self._need, end - pos)
                 if payload is not None:
                     payload.append(data[pos:pos + take])
@@ -100,36 +134,21 @@ class ChunkedScanner:
                 self._need -= take
                 if self._need == 0:
                     self._state = _SIZE
-            elif state in (_SIZE, _TRAILER):
-                newline = data.find(b"\n", pos)
-                if newline < 0:
-                    self._line += data[pos:]
-                    if len(self._line) > MAX_LINE:
-                        raise FramingError("chunk-size line too long")
-                    return end
-                line = (self._line + data[pos:newline]).rstrip(b"\r")
-                self._line = b""
-                pos = newline + 1
-                if state == _TRAILER:
-                    if not line:
-                        self._state = _DONE
-                        return pos
-                    continue
-                size_text = line.split(b";", 1)[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
-                    raise FramingError(f"bad chunk size {size_text[:20]!r}") from None
-                if size < 0:
-                    raise FramingError("negative chunk size")
-                if size == 0:
-                    self._state = _TRAILER
-                elif payload is None and pos + size + 2 <= end:  # the common case: the whole chunk is here
-                    if data[pos + size:pos + size + 2] != b"\r\n":
-                        raise FramingError("chunk data not followed by CRLF")
-                    pos += size + 2
-                else:
-                    self._state, self._need = _DATA, size
             else:
                 return pos
         return pos
+
+
+def _chunk_size(line: bytes) -> int:
+    """The size on a chunk-size line (its CR included, maybe an extension after ';')."""
+    try:
+        size = int(line, 16)  # the common case; int() ignores the CR and surrounding blanks
+    except ValueError:
+        size_text = line.split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise FramingError(f"bad chunk size {size_text[:20]!r}") from None
+    if size < 0:
+        raise FramingError("negative chunk size")
+    return size

@@ -122,6 +122,18 @@ class Relay:
 
     def on_connection(self, connection: Any) -> None:
         self.connection = connection
+        self.rewire()
+
+    def rewire(self) -> None:
+        """Let the upstream connection write straight to the one live client while nobody else
+        needs the bytes (none kept for replay, none catching up); called whenever that changes."""
+        connection = self.connection
+        if connection is None or connection.sink is not self:  # its exchange is over (the connection may serve another)
+            return
+        alone = (self._streaming and self._framed and not self.keep_replay and not self.pending
+                 and len(self.live) == 1)
+        connection.direct = self.live[0].transport if alone else None
+        connection.direct_limit = MAX_CLIENT_BUFFER
 
     def on_head(self, head: ResponseHead) -> None:
         self.status = head.status
@@ -334,6 +346,7 @@ class ProxyServer:
                      attached: bool) -> web.StreamResponse:
         """Be the attempt's subscriber until its execution ends or its client leaves."""
         relay.pending += 1
+        relay.rewire()  # the live client's bytes are now kept for this one
         relay.subscribers += 1
         self.open_subscribers += 1
         joined = finished = False
@@ -366,6 +379,7 @@ class ProxyServer:
             if not relay.done:
                 sub.finished = asyncio.get_running_loop().create_future()
                 relay.live.append(sub)
+                relay.rewire()
                 await sub.finished
             if relay.truncated:
                 raise ConnectionResetError("the upstream stream broke")  # the client must not see an end
@@ -378,6 +392,7 @@ class ProxyServer:
                 relay.pending -= 1
             if sub in relay.live:
                 relay.live.remove(sub)
+            relay.rewire()
             if not finished:
                 self._left(sub.key)
 
