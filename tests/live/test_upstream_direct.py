@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from retrybench.live.http1 import ResponseHead, frame_chunk
-from retrybench.live.proxy_server import MAX_CLIENT_BUFFER, Relay, _Subscriber
-from retrybench.live.upstream import UpstreamPool, _Connection
+from retrybench.live.proxy_server import Relay, _Subscriber
+from retrybench.live.upstream import MAX_CLIENT_BUFFER, UpstreamPool, _Connection
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -61,7 +61,7 @@ def streaming_connection() -> tuple[_Connection, RecordingSink]:
 def test_a_lone_clients_chunks_go_straight_to_its_socket_and_the_end_still_reaches_the_relay() -> None:
     connection, sink = streaming_connection()
     client = FakeTransport()
-    connection.direct, connection.direct_limit = client, 1 << 20  # type: ignore[assignment]
+    connection.direct = client  # type: ignore[assignment]
     chunks = [frame_chunk(b"data: %d\n\n" % i) for i in range(3)]
     for chunk in chunks:
         connection.data_received(chunk)
@@ -73,8 +73,8 @@ def test_a_lone_clients_chunks_go_straight_to_its_socket_and_the_end_still_reach
 def test_a_client_that_stops_reading_is_dropped_and_a_closing_one_falls_back_to_the_relay() -> None:
     connection, sink = streaming_connection()
     client = FakeTransport()
-    connection.direct, connection.direct_limit = client, 100  # type: ignore[assignment]
-    client.buffered = 101
+    connection.direct = client  # type: ignore[assignment]
+    client.buffered = MAX_CLIENT_BUFFER + 1
     connection.data_received(frame_chunk(b"data: 1\n\n"))
     assert client.closing, "a client with more than the limit queued must be dropped"
     connection.data_received(frame_chunk(b"data: 2\n\n"))
@@ -85,7 +85,6 @@ class FakeConnection:
     def __init__(self, sink: Any) -> None:
         self.sink = sink
         self.direct: Any = None
-        self.direct_limit = 0
 
 
 def test_the_relay_goes_direct_only_while_one_client_alone_wants_the_bytes() -> None:
@@ -97,7 +96,7 @@ def test_the_relay_goes_direct_only_while_one_client_alone_wants_the_bytes() -> 
     sub.transport = FakeTransport()  # type: ignore[assignment]
     relay.live.append(sub)
     relay.rewire()
-    assert connection.direct is sub.transport and connection.direct_limit == MAX_CLIENT_BUFFER
+    assert connection.direct is sub.transport
     relay.pending += 1  # another subscriber catching up needs the bytes kept
     relay.rewire()
     assert connection.direct is None

@@ -54,7 +54,7 @@ from retrybench.live.openai_api import (
 )
 from retrybench.live.proxy_metrics import ProxyMetrics
 from retrybench.live.serving import new_app, serve_until_signalled, start_app
-from retrybench.live.upstream import UpstreamPool
+from retrybench.live.upstream import MAX_CLIENT_BUFFER, UpstreamPool
 
 __all__ = ["ProxyServer", "ProxySettings"]
 
@@ -62,7 +62,6 @@ ROUTES = {"/v1/completions": False, "/v1/chat/completions": True}  # path -> cha
 FORWARDED_HEADERS = ("Authorization", "Content-Type", "Accept")
 JSON = "application/json"
 logger = logging.getLogger(__name__)
-MAX_CLIENT_BUFFER = 4 << 20  # bytes queued for one client before it counts as gone
 SHUTDOWN = "shutdown"  # an execution's outcome when the proxy stopped while it ran
 
 
@@ -133,7 +132,6 @@ class Relay:
         alone = (self._streaming and self._framed and not self.keep_replay and not self.pending
                  and len(self.live) == 1)
         connection.direct = self.live[0].transport if alone else None
-        connection.direct_limit = MAX_CLIENT_BUFFER
 
     def on_head(self, head: ResponseHead) -> None:
         self.status = head.status

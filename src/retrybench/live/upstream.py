@@ -3,8 +3,7 @@
 A streamed chunk costs one read and one callback: the bytes go to the relay's `on_body` as they
 arrive, still chunk-framed, so the proxy can forward them to its clients unchanged. While a single
 client alone wants a stream's bytes, the relay hands its transport to the connection (`direct`), and
-a chunk costs one read, one scan and one write, with no Python call in between: that path is most
-of the proxy's CPU per chunk. Closing an
+a chunk costs one read, one framing scan and one write, without the relay's callback. Closing an
 exchange's connection is how a cancellation reaches the engine (vLLM aborts on a closed stream).
 """
 
@@ -17,9 +16,10 @@ from urllib.parse import urlsplit
 
 from retrybench.live.http1 import ChunkedScanner, FramingError, ResponseHead, parse_response_head
 
-__all__ = ["Sink", "UpstreamPool"]
+__all__ = ["MAX_CLIENT_BUFFER", "Sink", "UpstreamPool"]
 
 MAX_HEAD_BYTES = 64 << 10
+MAX_CLIENT_BUFFER = 4 << 20  # bytes queued for one client before it counts as gone
 IDLE_REUSE_S = 2.0  # reuse an idle connection only this long (uvicorn closes idle ones after 5 s)
 
 
@@ -43,9 +43,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.sink: Sink | None = None
         # Set by the sink while one client alone wants the body: it is written there straight, and
-        # the client is dropped once more than `direct_limit` bytes wait for it.
+        # the client is dropped once more than MAX_CLIENT_BUFFER bytes wait for it.
         self.direct: asyncio.WriteTransport | None = None
-        self.direct_limit = 0
         self.closed = False
         self.idle_since = 0.0
         self.reused = False
@@ -77,7 +76,7 @@ class _Connection(asyncio.Protocol):
                 client = self.direct
                 if client is not None and not client.is_closing():
                     client.write(body)
-                    if client.get_write_buffer_size() > self.direct_limit:
+                    if client.get_write_buffer_size() > MAX_CLIENT_BUFFER:
                         client.close()  # a client that stopped reading must not hold the proxy's memory
                 else:
                     sink.on_body(body)
