@@ -29,7 +29,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Layer -> the modules in it. An entry names a module and, when it is a package, everything under it;
 # the root package matches itself only. A module belongs to the layer of its longest matching entry.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "leaf": (ROOT, "retrybench.atomicfile", "retrybench.cache", "retrybench.config", "retrybench.engine_choice",
+    "leaf": (ROOT, "retrybench.atomicfile", "retrybench.cache", "retrybench.client_profiles", "retrybench.config",
+             "retrybench.engine_choice",
              "retrybench.gcpause",
              "retrybench.paper", "retrybench.results", "retrybench.runlog", "retrybench.tinymodel",
              "retrybench.tracefile", "retrybench.vllm_locate"),

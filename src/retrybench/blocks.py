@@ -6,6 +6,10 @@ conditions of a run differ only in the settings Table 1 lists. Run counts defaul
 the composition block four and two, the trigger sweep one, the tracing block three, every other
 block two. Blocks share
 traces (run r replays seed r), so a condition that two blocks hold is run once.
+
+Blocks beyond the paper (`paper=False`: result retention, the SDKs' retry policies as clients) are
+planned, run and reported the same way, beside Table 1's, but no claim of the paper reads them and the
+unseen-seed replay leaves them out.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ from dataclasses import dataclass
 
 from retrybench.spec import RunSpec
 
-__all__ = ["BLOCKS", "PAPER_MODELS", "UNSEEN_SEEDS", "Block", "block_specs", "paper_runs", "table1_plan",
-           "unseen_seeds_plan"]
+__all__ = ["BLOCKS", "PAPER_MODELS", "TABLE1", "UNSEEN_SEEDS", "Block", "block_specs", "blocks_plan",
+           "paper_runs", "table1_plan", "unseen_seeds_plan"]
 
 PRIMARY_MODEL = "qwen2.5-7b-instruct"
 # The paper's three models (Section 3.1), not every profile engine/profiles.py knows: Table 1's blocks
@@ -37,12 +41,17 @@ class Block:
     # Step size per condition where the block varies it (the tracing block); 8,192 otherwise.
     step_tokens: tuple[int, ...] = ()
     traced: bool = False  # runs keep the engine trace and report where the prompt work went
+    paper: bool = True  # one of Table 1's blocks (else beyond the paper)
+    # Client profiles (clients/) the block crosses its conditions with; None is each condition's own client.
+    clients: tuple[str | None, ...] = (None,)
 
 
 COMPOSITION = ("no-control", "retry-budget", "coalescing", "budget-first", "lookup-first")
 QUEUE_POLICY = ("no-control", "proxy-cap", "deadline-check", "lifo")
 ENGINE_CAP = ("no-control", "engine-cap-338", "engine-cap-338-cancel-on", "engine-cap-100")
 DEFERRAL = ("no-control", "coalescing", "coalescing-cancel-on", "deferred-cancellation")
+RETENTION = ("coalescing", "coalescing-retain", "lookup-first", "lookup-first-retain")
+SDK_CONDITIONS = ("no-control", "coalescing", "coalescing-retain", "retry-budget")
 BUDGET_WITH_CANCELLATION = ("no-control", "retries-on-cancel-on", "retry-budget", "retry-budget-cancel-on",
                             "deferred-cancellation")
 
@@ -61,7 +70,15 @@ BLOCKS: dict[str, Block] = {
                      step_tokens=(2048, 2048, 8192), models=(PRIMARY_MODEL,), traced=True, section="5"),
     "budget-with-cancellation": Block(name="budget-with-cancellation", conditions=BUDGET_WITH_CANCELLATION,
                                       models=(PRIMARY_MODEL,), section="6.1"),
+    # Beyond the paper: Section 6.4's composition runs whose retries came after their execution had
+    # completed for nobody, rerun with each completed response kept for late retries.
+    "retention": Block(name="retention", conditions=RETENTION, models=PAPER_MODELS, section="6.4", paper=False),
+    # Beyond the paper: the official SDKs' default retry policies (and a typical tenacity wrapper) in place of
+    # the paper's client, with no control, coalescing, coalescing with retention, and the retry budget.
+    "sdk-clients": Block(name="sdk-clients", conditions=SDK_CONDITIONS, models=PAPER_MODELS, section="3.1",
+                         paper=False, clients=(None, "openai-sdk", "anthropic-sdk", "tenacity-typical")),
 }
+TABLE1 = {name: block for name, block in BLOCKS.items() if block.paper}
 
 
 def paper_runs(block: str, model: str) -> int:
@@ -72,8 +89,8 @@ def paper_runs(block: str, model: str) -> int:
         return 3
     if block == "diagnostic" and model == PRIMARY_MODEL:
         return 3
-    if block == "composition" and model == PRIMARY_MODEL:
-        return 4
+    if block in ("composition", "retention") and model == PRIMARY_MODEL:
+        return 4  # retention reruns the composition block's runs
     return 2
 
 
@@ -91,18 +108,28 @@ def block_specs(name: str, model: str, runs: int | None = None, gpu: str = "h100
     steps = block.step_tokens or (8192,) * len(block.conditions)
     return [
         RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse, max_batched_tokens=step,
-                mixed_prompts=block.mixed_prompts, trace=block.traced)
+                mixed_prompts=block.mixed_prompts, trace=block.traced, client=client)
         for seed in range(first_seed, first_seed + count)
         for pulse in block.pulses_x
+        for client in block.clients
         for condition, step in zip(block.conditions, steps, strict=True)
     ]
 
 
+def blocks_plan(names: list[str], models: list[str], gpu: str, runs: int | None,
+                first_seed: int = 1) -> list[tuple[str, RunSpec]]:
+    """(block, spec) of every run of the named blocks on the chosen models, in BLOCKS' order; blocks
+    share runs, so a spec may appear under several blocks."""
+    unknown = [name for name in names if name not in BLOCKS]
+    if unknown:
+        raise ValueError(f"unknown block(s) {', '.join(unknown)}; known: {', '.join(BLOCKS)}")
+    return [(name, spec) for name, blk in BLOCKS.items() if name in names for model in models
+            if model in blk.models for spec in block_specs(name, model, runs, gpu, first_seed)]
+
+
 def table1_plan(models: list[str], gpu: str, runs: int | None, first_seed: int = 1) -> list[tuple[str, RunSpec]]:
-    """(block, spec) of every run of every block of Table 1 on the chosen models, in Table 1's order;
-    blocks share runs, so a spec may appear under several blocks."""
-    return [(name, spec) for name, blk in BLOCKS.items() for model in models if model in blk.models
-            for spec in block_specs(name, model, runs, gpu, first_seed)]
+    """Every run of every block of Table 1 on the chosen models, in Table 1's order."""
+    return blocks_plan(list(TABLE1), models, gpu, runs, first_seed)
 
 
 # Unseen seeds: the ten after 100, fixed before any run was made with them. The finding tests use seeds 1-3

@@ -23,7 +23,8 @@ from rich.table import Table
 
 from retrybench import __version__
 from retrybench.analysis.calibrate import STAGES
-from retrybench.blocks import BLOCKS, PAPER_MODELS, block_specs, table1_plan, unseen_seeds_plan
+from retrybench.blocks import BLOCKS, PAPER_MODELS, block_specs, blocks_plan, unseen_seeds_plan
+from retrybench.client_profiles import available_client_profiles, client_profile
 from retrybench.config import ConfigError, available_conditions
 from retrybench.engine.profiles import GPUS, MODELS
 from retrybench.engine_choice import EngineChoice, EngineKind, parse_engine
@@ -114,9 +115,23 @@ def _calibrate_live(engine: EngineChoice, model: str, gpu: str, mixed_prompts: b
     click.echo(json.dumps(summary, indent=1))
 
 
+def _client_profile(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The `--client` callback: a known profile (or a profile's TOML file), checked before any run."""
+    if value is None:
+        return None
+    try:
+        client_profile(value)
+    except ConfigError as error:
+        raise click.BadParameter(str(error), ctx, param) from error
+    return value
+
+
 @main.command()
 @click.option("--condition", required=True, help=f"A Table 1 condition ({', '.join(available_conditions())}) "
               "or the path of a policy TOML file.")
+@click.option("--client", "client", default=None, callback=_client_profile,
+              help=f"A client profile ({', '.join(available_client_profiles())}; docs/clients.md) or the path of "
+                   "a profile TOML file, in place of the condition's client (default: the condition's).")
 @click.option("--model", type=MODEL_CHOICE, required=True)
 @click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True, help="Trace seed.")
 @click.option("--pulse-x", type=click.FloatRange(min=0, max=100), default=2.7, show_default=True,
@@ -139,7 +154,7 @@ def _calibrate_live(engine: EngineChoice, model: str, gpu: str, mixed_prompts: b
 @click.option("--token-scale", type=click.FloatRange(min=1e-3, max=1.0), default=1.0, show_default=True,
               help="Every prompt and reply length times this (with --gpu cpu --model tiny-llama: 0.1, the "
                    "workload that profile was fitted on).")
-def run(condition: str, model: str, seed: int, pulse_x: float, max_batched_tokens: int, gpu: str,
+def run(condition: str, client: str | None, model: str, seed: int, pulse_x: float, max_batched_tokens: int, gpu: str,
         mixed_prompts: bool, engine_cap: int | None, as_json: bool, no_cache: bool, trace_path: Path | None,
         engine: EngineChoice, time_scale: float, workdir: Path | None, token_scale: float) -> None:
     """One paper run: the trace under one condition, on the simulated engine or live."""
@@ -148,7 +163,7 @@ def run(condition: str, model: str, seed: int, pulse_x: float, max_batched_token
                                "(and to a real vLLM on a CPU with --gpu cpu, whose profile is at time scale 0.1)")
     spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
                    max_batched_tokens=max_batched_tokens, mixed_prompts=mixed_prompts, engine_cap=engine_cap,
-                   trace=True, token_scale=token_scale)
+                   trace=True, token_scale=token_scale, client=client)
     result: Mapping[str, Any]
     try:
         if engine.live:
@@ -257,8 +272,10 @@ def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: EngineC
 @click.option("--real-engine", "real_engine", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               default=None, help="A compare-real-engine result for the report's Real engine section "
                                  "(default: OUT/real-engine.json when there).")
+@click.option("--blocks", "blocks_text", default="all", show_default=True,
+              help=f"Comma-separated blocks ({', '.join(BLOCKS)}), or all: Table 1's and those beyond the paper.")
 def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: Path, jobs: int | None,
-              unseen_seeds: bool, as_json: bool, real_engine: Path | None) -> None:
+              unseen_seeds: bool, as_json: bool, real_engine: Path | None, blocks_text: str) -> None:
     """Every block of Table 1 (the paper's 137 runs by default), then the HTML reproducibility report:
     per finding the paper's claim and figures, this run's, and a verdict. Resumable: results are cached
     by spec and code version, so an interrupted reproduction picks up where it stopped."""
@@ -269,7 +286,11 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
     if unknown:
         raise click.UsageError(f"unknown model(s) {', '.join(unknown)}; the paper's: {', '.join(PAPER_MODELS)}")
     runs = _runs_option(runs_text)
-    plan = table1_plan(chosen, gpu, runs)
+    names = list(BLOCKS) if blocks_text.strip() == "all" else [b.strip() for b in blocks_text.split(",") if b.strip()]
+    try:
+        plan = blocks_plan(names, chosen, gpu, runs)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
     if unseen_seeds and engine.live:
         raise click.UsageError("--unseen-seeds runs on the simulated engine only (550 more runs)")
     started = time.perf_counter()
@@ -346,14 +367,25 @@ def _print_verdicts(context: dict[str, Any]) -> None:
               help="Write every decision as JSONL (for run logs and conformance replay).")
 @click.option("--time-scale", type=click.FloatRange(min=1e-3, max=1e3), default=1.0, show_default=True,
               help=TIME_SCALE_HELP)
+@click.option("--retain-s", type=click.FloatRange(min=0), default=None,
+              help="Keep each completed response this many seconds for retries of its call that arrive "
+                   "late (overrides the policy's retain_s; 0 keeps nothing).")
+@click.option("--retain-max-bytes", type=click.IntRange(min=0), default=None,
+              help="The most bytes all retained responses may hold (the oldest go first).")
 def proxy(upstream: str, policy_name: str, host: str, port: int, max_body_bytes: int, log_path: Path | None,
-          time_scale: float) -> None:
+          time_scale: float, retain_s: float | None, retain_max_bytes: int | None) -> None:
     """Serve the overload-control proxy in front of an OpenAI-compatible engine."""
+    from dataclasses import replace
+
     from retrybench.config import load_condition
     from retrybench.live.proxy_server import ProxySettings, serve_forever
 
     try:
         policy = load_condition(policy_name).proxy
+        if retain_s is not None:
+            policy = replace(policy, retain_s=retain_s)
+        if retain_max_bytes is not None:
+            policy = replace(policy, retain_max_bytes=retain_max_bytes)
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     settings = ProxySettings(upstream=upstream, policy=policy, max_body_bytes=max_body_bytes, log_path=log_path,

@@ -1,4 +1,5 @@
-"""The paper's open-loop client (Section 3.1, 2) as a sans-IO state machine.
+"""The open-loop retrying client as a sans-IO state machine: the paper's (Section 3.1, 2) by default,
+or an SDK's retry policy (config.ClientPolicy, clients/*.toml).
 
 It reads no clock, opens no socket and uses no global RNG: the driver (simulator or live load
 generator) passes the time `now` and a seeded `numpy.random.Generator`, so that the same seed and
@@ -89,13 +90,42 @@ class _Backoff:
         return wait
 
 
+class _ExponentialBackoff:
+    """The SDKs' waits: min(base * 2**k, cap) after attempt k, times a jitter factor of u in [0, 1).
+
+    The factor is computed as the SDKs write it (1 - fraction * u, or u for full jitter), so that the
+    same u gives the same float; the u come from the generator a block at a time, in order (numpy's
+    uniform(0, 1) is its next double itself). No jitter draws nothing.
+    """
+
+    __slots__ = ("_base", "_cap", "_fraction", "_jitter", "_uniform")
+
+    def __init__(self, rng: np.random.Generator, policy: ClientPolicy) -> None:
+        self._base = policy.backoff_base_s
+        self._cap = policy.backoff_cap_s
+        self._fraction = policy.jitter_fraction
+        self._jitter = policy.jitter
+        self._uniform = _Backoff(rng, 0.0, 1.0)
+
+    def wait(self, attempt_no: int) -> float:
+        """The wait after attempt `attempt_no` failed (0 the first attempt); the SDKs cap k at 1000."""
+        delay = min(self._base * pow(2.0, min(attempt_no, 1000)), self._cap)
+        if self._jitter == "none":
+            return delay
+        u = self._uniform.draw()
+        wait = delay * (1 - self._fraction * u if self._jitter == "reduce" else u)
+        return wait if wait >= 0 else 0.0
+
+
 class RetryingClient:
     """Decides, per reported attempt outcome, whether to retry, deliver or give the call up."""
 
     def __init__(self, policy: ClientPolicy, rng: np.random.Generator) -> None:
         self._policy = policy
         self._max_attempts = policy.max_attempts
+        self._retry_on = frozenset(policy.retried_outcomes)
         self._backoff = _Backoff(rng, policy.backoff_min_s, policy.backoff_max_s)
+        self._exponential = _ExponentialBackoff(rng, policy) if policy.backoff == "exponential" else None
         self._calls: dict[int, _Call] = {}
         self._outstanding = 0
 
@@ -135,15 +165,13 @@ class RetryingClient:
             raise ValueError(f"retry_after_s must be >= 0 or None, got {retry_after_s}")
         if outcome == COMPLETED:
             return self._end(call, CallDelivered(call_index, now))
-        # Exhaustion first: a call with no attempts left fails the same way whatever refused it.
-        if attempt_no + 1 >= self._max_attempts:
+        # Exhaustion first: a call with no attempts left fails the same way whatever refused it. An
+        # outcome the policy does not retry leaves no attempt either (the run log has no other reason).
+        if attempt_no + 1 >= self._max_attempts or outcome not in self._retry_on:
             return self._end(call, CallFailed(call_index, now, ATTEMPTS_EXHAUSTED))
-        if outcome == REFUSED_429 and retry_after_s is not None:
-            if retry_after_s > self._policy.retry_after_cap_s:
-                return self._end(call, CallFailed(call_index, now, RETRY_AFTER_TOO_LONG))
-            wait = retry_after_s
-        else:
-            wait = self._backoff.draw()
+        wait = self._wait(outcome, attempt_no, retry_after_s)
+        if wait is None:
+            return self._end(call, CallFailed(call_index, now, RETRY_AFTER_TOO_LONG))
         call.attempt_no = attempt_no + 1
         call.send_s = now + wait
         return self._attempt(call_index, call.attempt_no, call.send_s)
@@ -158,6 +186,28 @@ class RetryingClient:
     def outstanding(self) -> int:
         """Calls started but neither delivered nor failed."""
         return self._outstanding
+
+    def _wait(self, outcome: str, attempt_no: int, retry_after_s: float | None) -> float | None:
+        """The wait before the next attempt, or None when the server's Retry-After makes the client give up."""
+        rule = self._policy.retry_after
+        cap = self._policy.retry_after_cap_s
+        if rule == "cap-or-give-up":  # the paper's client: a 429's value, whatever it is
+            if outcome == REFUSED_429 and retry_after_s is not None:
+                return retry_after_s if retry_after_s <= cap else None
+        elif rule != "ignore" and retry_after_s is not None and retry_after_s > 0:  # the SDKs: any response's
+            if retry_after_s <= cap:
+                return retry_after_s
+            if rule == "positive-cap-or-give-up":
+                return None
+            if rule == "positive-capped":
+                return cap
+        return self._backoff_wait(attempt_no)
+
+    def _backoff_wait(self, attempt_no: int) -> float:
+        """The client's own wait after attempt `attempt_no` failed."""
+        if self._exponential is None:
+            return self._backoff.draw()
+        return self._exponential.wait(attempt_no)
 
     def _attempt(self, call_index: int, attempt_no: int, send_s: float) -> SendAttempt:
         return SendAttempt(call_index, attempt_no, send_s, send_s + self._policy.attempt_timeout_s)

@@ -107,14 +107,44 @@ class WorkloadSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class ClientPolicy:
-    """The paper's client (Section 3.1): a whole-attempt deadline, R retries with jittered waits."""
+    """A retrying client: a whole-attempt deadline, R retries, and the waits between them.
+
+    The defaults are the paper's client (Section 3.1): uniform waits in [backoff_min_s, backoff_max_s),
+    every failed outcome retried, a 429's Retry-After honoured unless above retry_after_cap_s (then the
+    call is given up). The other settings describe the official SDKs' retry policies (clients/*.toml):
+    backoff "exponential" waits min(backoff_base_s * 2**k, backoff_cap_s) after the k-th attempt (0 the
+    first), times a jitter factor: "reduce" 1 - jitter_fraction * u (the SDKs), "full" u (tenacity's
+    wait_random_exponential), "none" 1; u is uniform in [0, 1) from the client's generator.
+
+    retry_after says how a server's Retry-After (seconds) is used:
+      "cap-or-give-up" (paper): a 429's value is waited when <= retry_after_cap_s, else the call fails;
+      "positive-cap-or-give-up": a value in (0, cap] is waited, above cap the call fails, else backoff;
+      "positive-cap-or-backoff": a value in (0, cap] is waited, else backoff;
+      "positive-capped": a value > 0 is waited, at most cap; else backoff;
+      "ignore": always backoff.
+    retry_on lists the attempt outcomes that are retried, comma-separated (a string, so that the policy
+    survives a JSON round trip as the live load generator's log makes it); any other ends the call.
+    """
+
+    BACKOFFS = ("uniform", "exponential")
+    JITTERS = ("reduce", "full", "none")
+    RETRY_AFTER_RULES = ("cap-or-give-up", "positive-cap-or-give-up", "positive-cap-or-backoff",
+                         "positive-capped", "ignore")
+    RETRIABLE = ("timed_out", "refused_429", "refused_503", "error")
 
     retries: bool = True
     max_retries: int = 3
     attempt_timeout_s: float = 120.0
+    backoff: str = "uniform"
     backoff_min_s: float = 0.25
     backoff_max_s: float = 3.0
+    backoff_base_s: float = 0.5
+    backoff_cap_s: float = 8.0
+    jitter: str = "reduce"
+    jitter_fraction: float = 0.25
+    retry_after: str = "cap-or-give-up"
     retry_after_cap_s: float = 120.0
+    retry_on: str = ",".join(RETRIABLE)
 
     def __post_init__(self) -> None:
         _check(0 <= self.max_retries <= 20, f"max_retries must be in [0, 20], got {self.max_retries}")
@@ -124,6 +154,28 @@ class ClientPolicy:
             f"need 0 <= backoff_min_s <= backoff_max_s, got {self.backoff_min_s}, {self.backoff_max_s}",
         )
         _check(self.retry_after_cap_s >= 0, "retry_after_cap_s must be >= 0")
+        self._check_choices()
+        _check(self.backoff_base_s >= 0, f"backoff_base_s must be >= 0, got {self.backoff_base_s}")
+        _check(self.backoff_cap_s >= 0, f"backoff_cap_s must be >= 0, got {self.backoff_cap_s}")
+        _check(0 <= self.jitter_fraction <= 1, f"jitter_fraction must be in [0, 1], got {self.jitter_fraction}")
+
+    def _check_choices(self) -> None:
+        """The named settings, each against its allowed values (the message lists them)."""
+        for name, allowed in (("backoff", self.BACKOFFS), ("jitter", self.JITTERS),
+                              ("retry_after", self.RETRY_AFTER_RULES)):
+            value = getattr(self, name)
+            _check(value in allowed, f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        outcomes = self.retried_outcomes
+        _check(
+            all(o in self.RETRIABLE for o in outcomes) and len(set(outcomes)) == len(outcomes),
+            f"retry_on must list distinct outcomes from {', '.join(self.RETRIABLE)}, comma-separated; "
+            f"got {self.retry_on!r}",
+        )
+
+    @property
+    def retried_outcomes(self) -> tuple[str, ...]:
+        """retry_on as a tuple (empty: no outcome is retried)."""
+        return tuple(o.strip() for o in self.retry_on.split(",")) if self.retry_on.strip() else ()
 
     @property
     def max_attempts(self) -> int:
@@ -149,6 +201,10 @@ class ProxyPolicy:
     sees it, a moment before the engine applies the abort); further ones wait in its queue, served
     newest first once more than lifo_threshold wait when queue_order is "lifo". deadline_check
     refuses (503) an attempt the proxy estimates will miss its deadline (attempt_deadline_s).
+    retain_s > 0 keeps each completed execution's response for that long under its key, so that a
+    retry arriving after the completion is answered from it instead of computing the call again;
+    retain_max_bytes bounds all retained responses (the oldest go first), retain_result_max_bytes
+    one response (a larger one is not kept). 0 (the paper's proxy) keeps nothing.
     """
 
     cancellation: str = "off"
@@ -164,6 +220,9 @@ class ProxyPolicy:
     lifo_threshold: int = 50
     deadline_check: bool = False
     attempt_deadline_s: float = 120.0  # the clients' deadline, which the deadline check holds attempts to
+    retain_s: float = 0.0
+    retain_max_bytes: int = 256 << 20
+    retain_result_max_bytes: int = 16 << 20
 
     def __post_init__(self) -> None:
         _check(
@@ -187,6 +246,10 @@ class ProxyPolicy:
         _check(self.queue_order in QUEUE_ORDERS,
                f"queue_order must be one of {', '.join(QUEUE_ORDERS)}; got {self.queue_order!r}")
         _check(self.lifo_threshold >= 0, f"lifo_threshold must be >= 0, got {self.lifo_threshold}")
+        _check(self.retain_s >= 0, f"retain_s must be >= 0 seconds, got {self.retain_s}")
+        _check(self.retain_max_bytes >= 0, f"retain_max_bytes must be >= 0, got {self.retain_max_bytes}")
+        _check(self.retain_result_max_bytes >= 0,
+               f"retain_result_max_bytes must be >= 0, got {self.retain_result_max_bytes}")
         _check(
             self.max_outstanding is not None or (self.queue_order == "fifo" and not self.deadline_check),
             "queue_order \"lifo\" and deadline_check need a proxy queue: set max_outstanding",

@@ -8,7 +8,7 @@ here, so a mistyped key is a type error, not a KeyError after an hour of runs.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from typing_extensions import ReadOnly, TypeIs
 
@@ -67,6 +67,7 @@ class Metrics(TypedDict):
     executions_dropped: ReadOnly[int]
     engine_refused: ReadOnly[int]
     gave_up_retry_after: ReadOnly[int]
+    attempts_served_retained: NotRequired[int]  # answered from a retained response (result retention only)
 
 
 class RetryTiming(TypedDict):

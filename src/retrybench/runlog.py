@@ -69,6 +69,7 @@ class AttemptRecord:
     retry_after_s: float | None = None
     attached: bool = False  # joined its call's live execution instead of creating one
     refused_live: bool = False  # refused by the budget while its call still had a live execution
+    retained: bool = False  # answered from its call's retained response (result retention)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,7 +113,11 @@ class RunLog:
     counters: dict[str, int] = field(default_factory=dict)  # engine counters at the run's end
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        data = asdict(self)
+        for attempt in data["attempts"]:
+            if not attempt["retained"]:
+                del attempt["retained"]  # a run without result retention reads as before it existed
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def digest(self) -> str:
         """sha256 of the canonical JSON: the same spec must give the same digest."""

@@ -25,7 +25,7 @@ from retrybench.analysis.calibrate import Calibration
 from retrybench.analysis.delivery import delivered_per_window, waiting_total
 from retrybench.atomicfile import write_atomic
 from retrybench.cache import cache_dir, cached_json, code_version
-from retrybench.config import WorkloadSpec, load_condition
+from retrybench.config import WorkloadSpec
 from retrybench.engine.profiles import GPUS, profile_for
 from retrybench.engine_choice import EngineChoice
 from retrybench.results import FailedRun, LiveFields, PromptWork, Result, RunSummary, Series, SpecFields
@@ -38,7 +38,7 @@ from retrybench.sim.calibrate import (
     calibrate_repeated,
 )
 from retrybench.sim.run import simulate
-from retrybench.spec import RunSpec, engine_config_for
+from retrybench.spec import RunSpec, condition_for, engine_config_for
 from retrybench.tracefile import write_trace
 from retrybench.workload import generate_trace
 
@@ -124,7 +124,7 @@ def _calibrate_in_pool(pool: Executor, builds: list[tuple[str, str, bool]]) -> N
 
 def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str, Any]] | None = None) -> RunLog:
     """The run log of one spec on the simulated engine."""
-    condition = load_condition(spec.condition)
+    condition = condition_for(spec)
     if chat is None:
         chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, token_scale=spec.token_scale)["chat"])
     engine, cap = engine_config_for(spec, condition, chat)
@@ -132,7 +132,7 @@ def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str
     workload = spec.workload(chat)
     calls = generate_trace(workload, spec.seed).calls
     meta: dict[str, Any] = {
-        **asdict(spec), "chat": chat, "pulse_start_s": workload.pulse_start_s,
+        **spec.as_dict(), "chat": chat, "pulse_start_s": workload.pulse_start_s,
         "pulse_end_s": workload.pulse_end_s, "hold_end_s": workload.hold_end_s,
         "attempt_timeout_s": condition.client.attempt_timeout_s, "delivery_horizon_s": 840.0,
         "engine_cap": cap, "kv_blocks": profile.kv_blocks,
@@ -154,7 +154,7 @@ def run_summary(spec: RunSpec, chat: float, log: RunLog, started: float,
     """A run's summary (the paper's Section 3.2 metrics) from its log, simulated or live, in one shape;
     with the engine trace's `events`, also where the prompt work went (Section 5); with `live`, where a
     live run ran. `wall_s` counts from `started` (time.perf_counter) to the summary's end."""
-    given = cast(SpecFields, asdict(spec))  # as given; the top-level engine_cap is the resolved one
+    given = cast(SpecFields, spec.as_dict())  # as given; the top-level engine_cap is the resolved one
     resolved: SpecFields = {**given, "engine_cap": log.meta["engine_cap"]}
     traced = section5.trace_summary(events, log) if events is not None else PromptWork()
     summary: RunSummary = {**resolved, "chat": round(chat, 4), **summarize(log), **section5.timing_and_counters(log),
@@ -274,8 +274,9 @@ def run_one_live(spec: RunSpec, engine: EngineChoice, *, chat: float | None = No
         from retrybench.live.run import run_live
 
         started = time.perf_counter()
+        client = condition_for(spec).client if spec.client is not None else None
         live = run_live(spec, time_scale=time_scale, workdir=logs, chat=chat,
-                        engine_url=_engine_url(engine, spec, chat, serve))
+                        engine_url=_engine_url(engine, spec, chat, serve), client=client)
         return run_summary(spec, chat, live.log, started, live=LiveFields(engine=str(engine), workdir=str(logs)))
 
     return cached_json(cache_dir() / "live-runs" / f"{key}.json", compute, use_cache)

@@ -340,3 +340,96 @@ def test_the_openai_sdks_own_retries_attach_to_the_live_execution() -> None:
         await s.settle()
 
     run(policy("coalescing"), test)
+
+
+# -- result retention -------------------------------------------------------------------------------
+
+
+def test_a_retry_after_its_execution_completed_gets_the_retained_stream() -> None:
+    """Coalescing alone would start the call again; with retention the response comes at once, byte
+    for byte, under the same execution id, and only to the same tenant."""
+    async def test(s: Stack) -> None:
+        payload = body(20, interval_ms=10)
+        expected = await direct_bytes(s, payload)
+        first = await s.post(payload, key="call-1").__aenter__()
+        await first.content.readuntil(b"\n\n")
+        first.close()  # the attempt times out; cancellation is off, so the execution runs on for nobody
+        await s.logged("end", fate="orphaned")
+        async with s.post(payload, key="call-1") as retry:
+            assert retry.headers["X-Retrybench-Retained"] == "1"
+            assert retry.headers["X-Retrybench-Execution"] == first.headers["X-Retrybench-Execution"]
+            got = await retry.read()
+        assert got == expected
+        async with s.post(payload, key="call-1", Authorization="Bearer tenant-b") as other:
+            assert "X-Retrybench-Retained" not in other.headers  # another tenant's call: computed anew
+            assert await other.read() == expected
+        assert s.upstream.requests == 3  # the direct request, the call, tenant-b's call
+        await s.settle()
+        assert await s.metric("retrybench_proxy_decisions_total", decision="served_retained") == 1
+        assert await s.metric("retrybench_proxy_results_retained_total") == 2
+        assert await s.metric("retrybench_proxy_retained_results") == 2
+        kept = [e["bytes"] for e in s.events("engine", kind="completed")]
+        assert len(kept) == 2 and await s.metric("retrybench_proxy_retained_bytes") == sum(kept)
+        checked, mismatches = replay(s.proxy.settings.policy, s.proxy.log.events)
+        assert mismatches == [] and checked.get("served-retained") == 1, (checked, mismatches)
+
+    run(policy("coalescing-retain"), test)
+
+
+def test_a_whole_response_is_retained_and_expires() -> None:
+    async def test(s: Stack) -> None:
+        payload = body(3, stream=False)
+        async with s.post(payload, key="call-1") as first:
+            expected = await first.read()
+        async with s.post(payload, key="call-1") as retry:
+            assert retry.status == 200 and retry.headers["X-Retrybench-Retained"] == "1"
+            assert await retry.read() == expected
+        window_end = s.events("engine", kind="completed")[0]["t"] + 1.0
+        await until(lambda: s.events("expire"), "the retained response to be released",
+                    seen=lambda: f"proxy clock {s.proxy.now():.3f} s, window ends {window_end:.3f} s")
+        assert s.events("expire")[0]["t"] >= window_end
+        assert s.proxy.retained == {} and s.proxy.core.retained_bytes == 0
+        async with s.post(payload, key="call-1") as late:
+            assert "X-Retrybench-Retained" not in late.headers  # past the window: computed again
+            await late.read()
+        assert s.upstream.requests == 2
+        await s.settle()
+
+    run(policy("coalescing", retain_s=1.0), test)
+
+
+@pytest.mark.parametrize("retain_s", [0.0, 30.0])
+def test_the_openai_sdk_with_a_short_timeout_is_saved_by_retention(monkeypatch: pytest.MonkeyPatch,
+                                                                    retain_s: float) -> None:
+    """Two tenants call through the SDK (timeout 1 s, 6 retries) for a response that takes 5.5 s.
+    With the SDK's jitter drawn as none, its attempts run over [0, 1], [1.5, 2.5], [3.5, 4.5],
+    [6.5, 7.5] s...: the execution completes in the gap at 5.5 s with nobody subscribed. Without
+    retention, the retry at 6.5 s finds nothing and computes the call again; with it, that retry
+    gets the response, and each call is computed once."""
+    openai = pytest.importorskip("openai")
+    base_client = pytest.importorskip("openai._base_client")
+    monkeypatch.setattr(base_client, "random", lambda: 0.0)  # the SDK's backoff without its jitter
+
+    async def call(s: Stack, tenant: str) -> str:
+        client = openai.AsyncOpenAI(base_url=s.url + "/v1", api_key=tenant, timeout=1.0, max_retries=6)
+        try:
+            completion = await client.completions.create(
+                model="m", prompt=[101, 102, 103], max_tokens=55, extra_body={"stub": {"interval_ms": 100}},
+                extra_headers={"Idempotency-Key": "call-42"})
+        finally:
+            await client.close()
+        return str(completion.choices[0].text)
+
+    async def test(s: Stack) -> None:
+        texts = await asyncio.gather(call(s, "tenant-a"), call(s, "tenant-b"))
+        assert list(texts) == [" tok" * 55] * 2
+        decisions = [e["decision"] for e in s.events("attempt")]
+        if retain_s:
+            assert s.upstream.requests == 2, decisions  # each call computed once
+            assert decisions.count("served-retained") == 2, decisions
+        else:  # the measured failure: each call's answer computed for nobody, then computed again
+            assert s.upstream.requests >= 4, decisions
+            assert "served-retained" not in decisions
+        await s.settle()
+
+    run(policy("deferred-cancellation", retain_s=retain_s), test)

@@ -257,3 +257,30 @@ def test_lifo_runs_are_deterministic() -> None:
     assert first.digest() == second.digest()
     assert first == second
     assert numbers(first)["executions_dropped"] > 0  # the LIFO path was exercised
+
+
+# -- result retention (beyond the paper) --------------------------------------------------------------
+
+
+def test_retention_serves_the_retries_that_arrive_after_their_execution_completed() -> None:
+    """With coalescing alone, a retry sent after its call's execution completed for nobody finds
+    nothing to attach to and computes the call again; with the response kept, it is answered at
+    once and no call is computed twice."""
+    plain, kept = run("coalescing"), run("coalescing-retain")
+    served = [a for a in kept.attempts if a.retained]
+    assert served, "no retry arrived after its execution completed: the test's trace does not exercise retention"
+    executions = {e.execution_id: e for e in kept.executions}
+    for a in served:
+        assert a.outcome == runlog.COMPLETED and a.ended_s == a.sent_s
+        assert a.execution_id is not None
+        finished = executions[a.execution_id].finished_s
+        assert finished is not None and a.sent_s - finished < 10.0, "served outside the 10-s window"
+        assert executions[a.execution_id].fate == runlog.FATE_COMPLETED  # its response reached a client
+    per_call: defaultdict[int, int] = defaultdict(int)
+    for e in kept.executions:
+        per_call[e.call_index] += 1
+    assert max(per_call.values()) == 1, "a call was computed twice although its response was kept"
+    assert len(kept.executions) < len(plain.executions)
+    assert numbers(kept)["calls_delivered"] >= numbers(plain)["calls_delivered"]
+    assert numbers(kept)["attempts_served_retained"] == len(served)
+    assert "attempts_served_retained" not in numbers(plain)

@@ -62,7 +62,7 @@ def summarize(log: RunLog) -> Metrics:
     r = rates(log)
     retries = [a for a in log.attempts if a.attempt_no >= 1]
     attached = sum(1 for a in retries if a.attached)
-    return Metrics(
+    metrics = Metrics(
         recovered=rec.recovered,
         recovery_s=clean(rec.recovery_s),
         pulse_delivered_pct=clean(pulse.delivered_pct),
@@ -98,3 +98,7 @@ def summarize(log: RunLog) -> Metrics:
         engine_refused=sum(1 for e in log.executions if e.fate == FATE_REFUSED),
         gave_up_retry_after=sum(1 for c in log.calls if c.failed_reason == "retry_after_too_long"),
     )
+    served = sum(1 for a in log.attempts if a.retained)
+    if served:  # result retention: a run without it has no such figure
+        metrics["attempts_served_retained"] = served
+    return metrics

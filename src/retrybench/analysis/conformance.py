@@ -3,7 +3,8 @@
 The live proxy logs each input it fed its core (attempt, subscriber left, engine event, timer)
 and what the core decided. Feeding the same inputs, at the same times, to the simulator's core
 must give the same decisions: attach, refuse, create (dispatched or queued), cancel, dispatch
-and drop. A difference means the live driver does not carry out the policy the simulator models.
+and drop, and with result retention what is kept, freed and served from it. A difference means
+the live driver does not carry out the policy the simulator models.
 """
 
 from __future__ import annotations
@@ -12,7 +13,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from retrybench.config import ProxyPolicy
-from retrybench.control.proxy import Action, Attach, AttemptIn, Cancel, Create, Decision, Dispatch, Drop, ProxyCore
+from retrybench.control.proxy import (
+    Action,
+    Attach,
+    AttemptIn,
+    Cancel,
+    Create,
+    Decision,
+    Dispatch,
+    Drop,
+    ProxyCore,
+    Release,
+    Retain,
+    Serve,
+)
 
 __all__ = ["Mismatch", "actions_of", "decision_of", "replay"]
 
@@ -31,11 +45,14 @@ def decision_of(decision: Decision) -> dict[str, Any]:
         return {"decision": "create", "execution": decision.execution_id, "dispatch": decision.dispatch}
     if isinstance(decision, Attach):
         return {"decision": "attach", "execution": decision.execution_id}
+    if isinstance(decision, Serve):
+        return {"decision": "served-retained", "execution": decision.execution_id}
     return {"decision": "refuse", "status": decision.status}
 
 
 def actions_of(actions: list[Action]) -> list[list[Any]]:
-    """The actions that reach the engine or the queue, as [kind, execution id] pairs."""
+    """The actions that reach the engine, the queue or the retained responses, as [kind, execution
+    id] pairs."""
     out: list[list[Any]] = []
     for action in actions:
         if isinstance(action, Cancel):
@@ -44,6 +61,10 @@ def actions_of(actions: list[Action]) -> list[list[Any]]:
             out.append(["dispatch", action.execution_id])
         elif isinstance(action, Drop):
             out.append(["drop", action.execution_id])
+        elif isinstance(action, Retain):
+            out.append(["retain", action.execution_id])
+        elif isinstance(action, Release):
+            out.append(["release", action.execution_id])
     return out
 
 
@@ -70,9 +91,11 @@ def replay(policy: ProxyPolicy, events: list[dict[str, Any]]) -> tuple[dict[str,
         if kind == "left":
             actions = core.on_subscriber_left((event["call"], event["attempt"]), now)
         elif kind == "engine":
-            actions = core.on_engine_event(event["execution"], event["kind"], now)
+            actions = core.on_engine_event(event["execution"], event["kind"], now, event.get("bytes"))
         elif kind == "timer":
             actions = core.on_timer(event["execution"], now)
+        elif kind == "expire":
+            actions = core.expire(now)
         else:
             continue
         replayed = actions_of(actions)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from retrybench.blocks import BLOCKS, PRIMARY_MODEL
+from retrybench.blocks import BLOCKS, PRIMARY_MODEL, TABLE1
 from retrybench.claims.model import Check, Claim, Pairs, Subject, Variant, number
 from retrybench.claims.rows import FINDING5, FINDING6, FINDING7, SECTION62_Q338, SECTION64, SECTION65
 from retrybench.paper import FAR, near, paper_values
@@ -266,7 +266,7 @@ DEFERRED_CANCELLATION_RESTORES = Claim(
 def _every_block_run(claim: Claim, pairs: Pairs) -> list[Subject]:
     """One subject per block, model, seed and pulse: its conditions are read together."""
     return [Subject(model=model, seed=seed, block=name, pulse_x=pulse_x)
-            for name, block in BLOCKS.items() for pulse_x in block.pulses_x
+            for name, block in TABLE1.items() for pulse_x in block.pulses_x
             for model, seed in pairs(name, block.models)]
 
 

@@ -8,11 +8,16 @@ simulator and the live proxy drive the same object.
 The paper's vocabulary (Section 2): a call's attempts each become a *subscriber* of an
 *execution*; when the last subscriber leaves, the cancellation policy leaves the execution
 running (orphaned), cancels it at once, or cancels it `defer_s` later unless someone attached.
+
+Beyond the paper, result retention (`retain_s`): a completed execution's response is kept under
+its key for `retain_s`, and an attempt of that key arriving meanwhile is served from it. The core
+decides what is kept and for how long from the response's size in bytes, which the driver reports;
+the driver holds the bytes and frees them when told (`Retain`, `Release`).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from retrybench.config import ProxyPolicy
@@ -21,7 +26,7 @@ from retrybench.control.estimate import WaitEstimator
 
 __all__ = [
     "Action", "Attach", "AttemptIn", "Cancel", "Create", "Decision", "Dispatch", "Drop", "Execution", "Notify",
-    "ProxyCore", "ProxyCounts", "Refuse", "SetTimer",
+    "ProxyCore", "ProxyCounts", "Refuse", "Release", "Retain", "Serve", "SetTimer",
 ]
 
 Subscriber = tuple[int, int]  # (call index, attempt number)
@@ -70,7 +75,15 @@ class Refuse:
     live: bool = False
 
 
-Decision = Create | Attach | Refuse
+@dataclass(frozen=True, slots=True)
+class Serve:
+    """Answer the attempt at once with its call's retained response (the execution that computed
+    it completed earlier, maybe with nobody subscribed)."""
+
+    execution_id: int
+
+
+Decision = Create | Attach | Refuse | Serve
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +121,28 @@ class SetTimer:
     execution_id: int
 
 
-Action = Dispatch | Cancel | Notify | SetTimer | Drop
+@dataclass(frozen=True, slots=True)
+class Retain:
+    """Keep the completed execution's response: an attempt of its key may be served from it."""
+
+    execution_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Free a retained response: its window passed, or room was needed for a newer one."""
+
+    execution_id: int
+
+
+Action = Dispatch | Cancel | Notify | SetTimer | Drop | Retain | Release
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    execution_id: int
+    until_s: float  # served while now < until_s
+    size: int  # bytes, as the driver reported them
 
 
 @dataclass(slots=True)
@@ -134,6 +168,11 @@ class ProxyCounts:
     deadline_refused: int = 0  # by the deadline check (503)
     executions_dropped: int = 0
     executions_cancelled: int = 0
+    served_retained: int = 0  # attempts answered from a retained response
+    results_retained: int = 0
+    retained_expired: int = 0
+    retained_evicted: int = 0  # released early to stay within retain_max_bytes
+    retain_too_large: int = 0  # completed responses over retain_result_max_bytes, not kept
 
 
 class ProxyCore:
@@ -149,6 +188,8 @@ class ProxyCore:
         self._by_subscriber: dict[Subscriber, int] = {}
         self._live_by_key: dict[str, int] = {}
         self._queue: deque[int] = deque()
+        self._retained: OrderedDict[str, _Kept] = OrderedDict()  # by key, oldest completion first
+        self.retained_bytes = 0
         self._outstanding = 0  # executions with an open upstream stream (dispatched, not ended or cancelled)
         self._next_id = 0
 
@@ -161,6 +202,11 @@ class ProxyCore:
     def outstanding(self) -> int:
         return self._outstanding
 
+    @property
+    def retained_results(self) -> int:
+        """Completed responses kept (some may have expired, not yet released)."""
+        return len(self._retained)
+
     # -- attempts -------------------------------------------------------------------------------
 
     def on_attempt(self, attempt: AttemptIn, now: float, engine_waiting: int = 0) -> Decision:
@@ -170,6 +216,10 @@ class ProxyCore:
         budget = self.budget
         if budget is not None and not is_retry:
             budget.first_attempt(now)
+        kept = self._retained.get(attempt.key) if self._retained else None
+        if kept is not None and now < kept.until_s:  # costs the engine nothing: before the budget
+            self.counts.served_retained += 1
+            return Serve(kept.execution_id)
         live = self._lookup(attempt.key) if policy.coalescing else None
         if budget is not None and is_retry and policy.order == "budget-first" and not budget.try_retry(now):
             return self._refuse_retry(attempt, now, engine_waiting, live is not None)
@@ -260,8 +310,12 @@ class ProxyCore:
 
     # -- the engine reports ----------------------------------------------------------------------
 
-    def on_engine_event(self, execution_id: int, kind: str, now: float) -> list[Action]:
-        """The upstream stream produced its first token, completed, or was refused (503)."""
+    def on_engine_event(self, execution_id: int, kind: str, now: float,
+                        result_bytes: int | None = None) -> list[Action]:
+        """The upstream stream produced its first token, completed, or was refused (503).
+
+        `result_bytes` is the size of a completed execution's whole response where it can be
+        served again (an HTTP 200); with retention on, the response is kept if it fits."""
         execution = self.executions[execution_id]
         if execution.state != "live":
             return []
@@ -279,7 +333,24 @@ class ProxyCore:
         execution.subscribers.clear()
         self._end(execution, kind)
         self._outstanding -= 1
+        if kind == "completed" and result_bytes is not None and self.policy.retain_s > 0:
+            actions += self._retain(execution, result_bytes, now)
         return actions + self._dispatch_next()
+
+    def expire(self, now: float) -> list[Action]:
+        """Release the retained responses whose window has passed (a driver calls this now and
+        then so that their bytes do not wait for the next completion to be freed)."""
+        actions: list[Action] = []
+        retained = self._retained
+        while retained:
+            key, kept = next(iter(retained.items()))
+            if now < kept.until_s:
+                break  # every window has the same length: the oldest completion expires first
+            del retained[key]
+            self.retained_bytes -= kept.size
+            self.counts.retained_expired += 1
+            actions.append(Release(kept.execution_id))
+        return actions
 
     def forget(self, execution_id: int) -> None:
         """Drop an ended execution's record (a long-running proxy must not keep them all). Live
@@ -289,6 +360,27 @@ class ProxyCore:
             del self.executions[execution_id]
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _retain(self, execution: Execution, size: int, now: float) -> list[Action]:
+        policy = self.policy
+        actions = self.expire(now)
+        if size > policy.retain_result_max_bytes or size > policy.retain_max_bytes:
+            self.counts.retain_too_large += 1
+            return actions
+        older = self._retained.pop(execution.key, None)
+        if older is not None:  # an earlier execution of the same call: the newer response replaces it
+            self.retained_bytes -= older.size
+            actions.append(Release(older.execution_id))
+        while self.retained_bytes + size > policy.retain_max_bytes:
+            _key, evicted = self._retained.popitem(last=False)
+            self.retained_bytes -= evicted.size
+            self.counts.retained_evicted += 1
+            actions.append(Release(evicted.execution_id))
+        self._retained[execution.key] = _Kept(execution.execution_id, now + policy.retain_s, size)
+        self.retained_bytes += size
+        self.counts.results_retained += 1
+        actions.append(Retain(execution.execution_id))
+        return actions
 
     def _cancel(self, execution: Execution, now: float) -> list[Action]:
         execution.abort_requested_s = now

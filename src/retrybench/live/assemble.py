@@ -116,7 +116,7 @@ def _executions(events: Sequence[dict[str, Any]], offset_s: float, call_index: d
                 elif event["kind"] == "refused":
                     reported.refused_s = t
             act(event.get("actions", []), t)
-        elif kind in ("left", "timer"):
+        elif kind in ("left", "timer", "expire"):
             act(event.get("actions", []), t)
         elif kind == "end":
             ended = executions.get(event["execution"])

@@ -97,6 +97,7 @@ class _Attempt:
     first_token_s: float | None = None
     retry_after_s: float | None = None
     attached: bool = False
+    retained: bool = False  # answered from a response the proxy kept (result retention)
 
 
 @dataclass(slots=True)
@@ -310,6 +311,7 @@ class _Load:
             if execution is not None and execution.strip().lstrip("-").isdigit():
                 record.execution_id = int(execution)
             record.attached = response.headers.get("X-Retrybench-Attached") == "1"
+            record.retained = response.headers.get("X-Retrybench-Retained") == "1"
             if response.status != 200:
                 await response.read()
                 if response.status == 429:
@@ -424,7 +426,7 @@ class _Load:
             AttemptRecord(call_index=r.call_index, attempt_no=r.attempt_no, sent_s=r.sent_s,
                           ended_s=r.ended_s if r.ended_s is not None else max(now_s, r.sent_s),
                           outcome=r.outcome or ERROR, execution_id=r.execution_id, first_token_s=r.first_token_s,
-                          retry_after_s=r.retry_after_s, attached=r.attached)
+                          retry_after_s=r.retry_after_s, attached=r.attached, retained=r.retained)
             for r in self.records
         ]  # fmt: skip
         return LoadResult(meta=meta, calls=calls, attempts=attempts)

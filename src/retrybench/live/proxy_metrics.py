@@ -7,15 +7,37 @@ this module needs nothing of the server's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-from retrybench.control.proxy import Attach, Create, Decision, ProxyCore
+from retrybench.control.proxy import Attach, Create, Decision, ProxyCore, Serve
 
 __all__ = ["FATES", "ProxyMetrics"]
 
 FATES = ("completed", "orphaned", "cancelled", "attached", "dropped", "refused", "failed")
+
+
+class _RetentionCounts(Collector):
+    """The core's retention counters, read at scrape time (the core counts them as it decides)."""
+
+    def __init__(self, core: ProxyCore) -> None:
+        self._counts = core.counts
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._counts
+        kept = CounterMetricFamily("retrybench_proxy_results_retained", "Completed responses kept for late retries")
+        kept.add_metric([], counts.results_retained)
+        released = CounterMetricFamily("retrybench_proxy_retained_released",
+                                       "Retained responses freed before being served again, by why", labels=["why"])
+        released.add_metric(["expired"], counts.retained_expired)
+        released.add_metric(["evicted"], counts.retained_evicted)
+        too_large = CounterMetricFamily("retrybench_proxy_retain_too_large",
+                                        "Completed responses over retain_result_max_bytes, not kept")
+        too_large.add_metric([], counts.retain_too_large)
+        return iter((kept, released, too_large))
 
 
 class ProxyMetrics:
@@ -31,8 +53,8 @@ class ProxyMetrics:
         self.decisions = Counter("retrybench_proxy_decisions", "Decisions on attempts", ["decision"], registry=r)
         self.executions = Counter("retrybench_proxy_executions", "Executions by fate", ["fate"], registry=r)
         # Children resolved once: labels() on every attempt would cost more than the rest of the count.
-        self._decision = {name: self.decisions.labels(name) for name in ("created", "attached", "refused_429",
-                                                                         "refused_503")}
+        self._decision = {name: self.decisions.labels(name) for name in ("created", "attached", "served_retained",
+                                                                         "refused_429", "refused_503")}
         self._fate = {fate: self.executions.labels(fate) for fate in FATES}
         Gauge("retrybench_proxy_queue_depth", "Executions waiting in the proxy's queue",
               registry=r).set_function(lambda: core.waiting)
@@ -44,6 +66,12 @@ class ProxyMetrics:
               registry=r).set_function(subscribers)
         Gauge("retrybench_proxy_engine_waiting", "The engine's waiting gauge as last scraped",
               registry=r).set_function(engine_waiting)
+        if core.policy.retain_s > 0:
+            Gauge("retrybench_proxy_retained_bytes", "Bytes of completed responses kept for late retries",
+                  registry=r).set_function(lambda: core.retained_bytes)
+            Gauge("retrybench_proxy_retained_results", "Completed responses kept for late retries",
+                  registry=r).set_function(lambda: core.retained_results)
+            r.register(_RetentionCounts(core))
         budget = core.budget
         if budget is not None:
             Gauge("retrybench_proxy_budget_first_attempts", "First attempts in the budget window",
@@ -61,6 +89,8 @@ class ProxyMetrics:
             name = "created"
         elif isinstance(decision, Attach):
             name = "attached"
+        elif isinstance(decision, Serve):
+            name = "served_retained"
         else:
             name = f"refused_{decision.status}"
         self._decision[name].inc()

@@ -9,6 +9,11 @@ are what the overhead targets and the cancellation semantics need. The upstream 
 proxy's own HTTP/1.1 client on pooled keep-alive connections (upstream.py), which hands each read
 to the relay still chunk-framed; only the engine's /metrics scrape goes through aiohttp's client.
 Cancelling an execution closes its upstream connection, which is how vLLM learns to abort.
+
+With result retention on, a completed execution's relay (status, headers, the whole body or the
+chunk-framed stream) outlives its exchange for `retain_s`: an attempt of the same key is answered
+from it, streamed or not as the original was (the key covers the request body, so both asked the
+same), and the core says when its bytes are freed.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ from retrybench.control.proxy import (
     Drop,
     ProxyCore,
     Refuse,
+    Release,
+    Retain,
+    Serve,
     SetTimer,
     Subscriber,
 )
@@ -183,7 +191,8 @@ class Relay:
                 if not self._framed:
                     self._send(b"0\r\n\r\n")
                 kind = "refused" if self.refused else "completed"
-                self.server.engine_event(self, kind)
+                kept = sum(map(len, self.chunks)) if kind == "completed" and self.keep_replay else None
+                self.server.engine_event(self, kind, kept)
                 outcome = kind
         elif self.status == 0:
             self.status, self.content_type = 502, JSON
@@ -216,6 +225,7 @@ class ProxyServer:
                                     subscribers=lambda: self.open_subscribers,
                                     engine_waiting=lambda: self.engine_waiting, now=self.now)
         self.relays: dict[int, Relay] = {}
+        self.retained: dict[int, Relay] = {}  # completed executions whose response may be served again
         self.open_subscribers = 0
         self.engine_waiting = 0
         self._calls: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()  # -> (index, attempts)
@@ -255,6 +265,7 @@ class ProxyServer:
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        self.retained.clear()
         if self._scraper is not None:
             self._scraper.cancel()
         for relay in list(self.relays.values()):
@@ -326,9 +337,17 @@ class ProxyServer:
                        "engine_waiting": self.engine_waiting, **decision_of(decision)})
         if isinstance(decision, Refuse):
             return _refusal(decision)
+        if isinstance(decision, Serve):
+            kept = self.retained.get(decision.execution_id)
+            if kept is None:  # the core and this map change together: a bug, but never a hang
+                logger.error("execution %d was to be served retained but is not held", decision.execution_id)
+                return error_response(500, "the retained response is missing")
+            return await self._serve(request, kept, _Subscriber((call_index, attempt_no)), attached=False,
+                                     retained=True)
         if isinstance(decision, Create):
+            policy = self.settings.policy
             relay = Relay(self, decision.execution_id, request.path, body, _forward_headers(request), parsed.stream,
-                          keep_replay=self.settings.policy.coalescing)
+                          keep_replay=policy.coalescing or policy.retain_s > 0)
             self.relays[decision.execution_id] = relay
             if decision.dispatch:
                 self._dispatch(relay)
@@ -341,8 +360,9 @@ class ProxyServer:
                                  attached=isinstance(decision, Attach))
 
     async def _serve(self, request: web.Request, relay: Relay, sub: _Subscriber,
-                     attached: bool) -> web.StreamResponse:
-        """Be the attempt's subscriber until its execution ends or its client leaves."""
+                     attached: bool, retained: bool = False) -> web.StreamResponse:
+        """Be the attempt's subscriber until its execution ends or its client leaves (at once for
+        a retained response: it is whole)."""
         relay.pending += 1
         relay.rewire()  # the live client's bytes are now kept for this one
         relay.subscribers += 1
@@ -352,6 +372,8 @@ class ProxyServer:
             await relay.ready.wait()
             headers = {"X-Retrybench-Execution": str(relay.execution_id),
                        "X-Retrybench-Attached": "1" if attached else "0"}
+            if retained:
+                headers["X-Retrybench-Retained"] = "1"
             if not relay.stream or relay.status != 200:
                 finished = True
                 if relay.status == 0:  # the proxy is shutting down
@@ -420,6 +442,12 @@ class ProxyServer:
                     self._log({"ev": "end", "execution": action.execution_id, "fate": "dropped"})
             elif isinstance(action, SetTimer):
                 self._arm_timer(action.at_s, action.execution_id)
+            elif isinstance(action, Retain):
+                relay = self.relays[action.execution_id]
+                relay.body = b""  # the request was sent; only the response is served again
+                self.retained[action.execution_id] = relay
+            elif isinstance(action, Release):
+                self.retained.pop(action.execution_id, None)
 
     def _arm_timer(self, at_s: float, execution_id: int) -> None:
         delay = self.clock.wall_until(at_s)
@@ -437,12 +465,16 @@ class ProxyServer:
             self._log({"ev": "timer", "t": now, "execution": execution_id, "actions": actions_of(actions)})
         self._apply(actions)
 
-    def engine_event(self, relay: Relay, kind: str) -> None:
+    def engine_event(self, relay: Relay, kind: str, result_bytes: int | None = None) -> None:
+        """`result_bytes`: a completed HTTP 200 response's size, for result retention."""
         now = self.now()
-        actions = self.core.on_engine_event(relay.execution_id, kind, now)
+        actions = self.core.on_engine_event(relay.execution_id, kind, now, result_bytes)
         if self.log.active:
-            self._log({"ev": "engine", "t": now, "execution": relay.execution_id, "kind": kind,
-                       "actions": actions_of(actions)})
+            event = {"ev": "engine", "t": now, "execution": relay.execution_id, "kind": kind,
+                     "actions": actions_of(actions)}
+            if result_bytes is not None:
+                event["bytes"] = result_bytes
+            self._log(event)
         self._apply(actions)
 
     def _dispatch(self, relay: Relay) -> None:
@@ -478,7 +510,7 @@ class ProxyServer:
         """A response that is not streamed: it reaches subscribers once it is complete."""
         if relay.status == 200:
             self.engine_event(relay, "first_token")
-            self.engine_event(relay, "completed")
+            self.engine_event(relay, "completed", len(relay.chunks[0]))
             return "completed"
         self.engine_event(relay, "refused" if relay.status == 503 else "completed")
         return "refused" if relay.status == 503 else "failed"
@@ -514,6 +546,8 @@ class ProxyServer:
         policy = self.settings.policy
         scrape = policy.retry_budget or policy.deadline_check
         while True:
+            if policy.retain_s > 0:
+                self._expire_retained()
             if scrape:
                 try:
                     async with self._session.get(self.upstream + "/metrics") as response:
@@ -523,6 +557,15 @@ class ProxyServer:
                     pass  # keep the last value; the engine may be starting
             self.log.flush()
             await asyncio.sleep(min(self.settings.scrape_s, self.log.flush_s))
+
+
+    def _expire_retained(self) -> None:
+        now = self.now()
+        actions = self.core.expire(now)
+        if actions:
+            if self.log.active:
+                self._log({"ev": "expire", "t": now, "actions": actions_of(actions)})
+            self._apply(actions)
 
 
 def _forward_headers(request: web.Request) -> dict[str, str]:

@@ -39,7 +39,8 @@ def run_file_name(result: Mapping[str, Any]) -> str:
     """The file name of a run's summary JSON beside the report: readable and unique per spec."""
     s = spec_of(result)
     extra = "".join(("-mixed" if s.mixed_prompts else "", "-traced" if s.trace else "",
-                     f"-cap{s.engine_cap}" if s.engine_cap is not None else ""))
+                     f"-cap{s.engine_cap}" if s.engine_cap is not None else "",
+                     f"-client-{s.client}" if s.client is not None else ""))
     return f"{s.model}-{s.gpu}-{s.condition}-seed{s.seed}-pulse{s.pulse_x}-{s.max_batched_tokens}{extra}.json"
 
 
@@ -73,9 +74,12 @@ def build_context(results: Iterable[Result], meta: Mapping[str, Any], runs: int 
         "figures": {"fig1": _fig1(rs), "fig3": _fig3(rs), "fig4": _fig4(rs), "fig5": _fig5(rs),
                     "fig6": _fig6(rs)},
         "blocks": [_block(name, rs) for name in BLOCKS if rs.block_entries(name)],
+        "retention": _retention(rs),
+        "sdk_clients": _sdk_clients(rs),
+        "sdk_verdicts": _sdk_verdicts(rs),
         "setup": _setup(rs),
         "failed": [{"spec": _describe(e), "block": e.block, "error": e.result["error"]}
-                   for e in rs.entries if is_failed(e.result)],
+                   for e in [*rs.entries, *rs.beyond] if is_failed(e.result)],
         "tests": [dict(t) for t in tests] if tests is not None else None,
         "files": sorted({run_file_name(r) for r in rs.results}),
     }
@@ -348,9 +352,81 @@ def _fig6(rs: RunSet) -> dict[str, Any]:
 
 # -- blocks and setup -----------------------------------------------------------------------------------------
 
+# -- beyond the paper: result retention -------------------------------------------------------------------
+
+RETENTION_PAIRS = (("coalescing", "coalescing-retain"), ("lookup-first", "lookup-first-retain"))
+
+
+def _retention(rs: RunSet) -> list[dict[str, Any]]:
+    """Per model, each composition condition beside the same condition with retention: what the
+    retries that came after their execution completed cost, over the block's runs."""
+    rows = []
+    for model in BLOCKS["retention"].models:
+        for paper, kept in RETENTION_PAIRS:
+            for condition in (paper, kept):
+                runs = [e.summary for e in rs.block_entries("retention")
+                        if e.spec.model == model and e.spec.condition == condition and e.summary is not None]
+                if not runs:
+                    continue
+                rows.append({
+                    "model": model, "condition": condition, "retained": condition == kept, "runs": len(runs),
+                    "recovered": _over_runs([r["recovered"] for r in runs]),
+                    "pulse_delivered_pct": fmt.span([r["pulse_delivered_pct"] for r in runs]),
+                    "retries_refused": sum(r["retries_refused"] for r in runs),
+                    "gave_up": sum(r["gave_up_retry_after"] for r in runs),
+                    "served_retained": sum(r.get("attempts_served_retained", 0) for r in runs),
+                    "executions_created": sum(r["executions_created"] for r in runs),
+                    "calls_delivered": sum(r["calls_delivered"] for r in runs),
+                })
+    return rows
+
+
+def _sdk_clients(rs: RunSet) -> list[dict[str, Any]]:
+    """Per model, client profile and condition, over the block's runs: whether the engine recovered,
+    what was delivered, and how many executions each delivered call cost."""
+    block = BLOCKS["sdk-clients"]
+    rows = []
+    for model in block.models:
+        for client in block.clients:
+            for condition in block.conditions:
+                runs = [e.summary for e in rs.block_entries("sdk-clients") if e.summary is not None
+                        and (e.spec.model, e.spec.client, e.spec.condition) == (model, client, condition)]
+                if not runs:
+                    continue
+                delivered = sum(r["calls_delivered"] for r in runs)
+                rows.append({
+                    "model": model, "client": client or "paper", "condition": condition, "runs": len(runs),
+                    "recovered": _over_runs([r["recovered"] for r in runs]),
+                    "recovered_all": all(r["recovered"] for r in runs),
+                    "hold_delivered_pct": fmt.span([r["hold_delivered_pct"] for r in runs]),
+                    "pulse_delivered_pct": fmt.span([r["pulse_delivered_pct"] for r in runs]),
+                    "executions_per_delivered_call": (f"{sum(r['executions_created'] for r in runs) / delivered:.3f}"
+                                                      if delivered else fmt.DASH),
+                })
+    return rows
+
+
+def _sdk_verdicts(rs: RunSet) -> list[str]:
+    """One plain sentence per client profile: with no control, did its default recover or collapse?"""
+    block = BLOCKS["sdk-clients"]
+    sentences = []
+    for client in block.clients:
+        runs = [e.summary for e in rs.block_entries("sdk-clients") if e.summary is not None
+                and e.spec.client == client and e.spec.condition == "no-control"]
+        if not runs:
+            continue
+        recovered = sum(1 for r in runs if r["recovered"])
+        verdict = ("recovers" if recovered == len(runs) else "collapses" if recovered == 0
+                   else "recovers on some runs only")
+        sentences.append(f"With no control, the {client or 'paper'} client's default {verdict} "
+                         f"({recovered} of {len(runs)} runs recovered).")
+    return sentences
+
+
 def _describe(entry: Entry) -> str:
     s = entry.spec
-    return f"{s.model} {s.condition} seed {s.seed} pulse {s.pulse_x} steps {s.max_batched_tokens}"
+    client = f" client {s.client}" if s.client is not None else ""
+    return f"{s.model} {s.condition}{client} seed {s.seed} pulse {s.pulse_x} steps {s.max_batched_tokens}"
 
 
 def _block(name: str, rs: RunSet) -> dict[str, Any]:
@@ -360,9 +436,11 @@ def _block(name: str, rs: RunSet) -> dict[str, Any]:
         s, r = entry.spec, entry.result
         cells = [fmt.value(r.get(key)) for key, _ in RUN_COLUMNS] if not entry.failed else []
         rows.append({"model": s.model, "seed": s.seed, "pulse_x": s.pulse_x, "steps": s.max_batched_tokens,
-                     "condition": s.condition, "cells": cells, "error": r.get("error"), "file": run_file_name(r)})
+                     "condition": s.condition if s.client is None else f"{s.condition} ({s.client} client)",
+                     "cells": cells, "error": r.get("error"), "file": run_file_name(r)})
     seeds = sorted({e.spec.seed for e in rs.block_entries(name)})
-    return {"name": name, "section": block.section, "models": list(block.models), "rows": rows,
+    return {"name": name, "section": block.section, "paper": block.paper, "models": list(block.models),
+            "rows": rows,
             "columns": [title for _, title in RUN_COLUMNS], "seeds": seeds,
             "paper_runs": {m: paper_runs(name, m) for m in block.models}}
 

@@ -3,7 +3,8 @@ placed in the blocks of Table 1 whose run specs it matches.
 
 A simulated run's result depends only on its spec, so one result can serve two blocks (the diagnostic
 block's retries-on run at 2.7 C-hat is also a trigger-sweep run); it is then listed in both, as the
-paper counts it (137 runs by condition). Pure: no I/O.
+paper counts it (137 runs by condition). Runs of the blocks beyond the paper are entries of their own
+(`beyond`), never counted among Table 1's. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from retrybench.blocks import BLOCKS, block_specs
+from retrybench.blocks import BLOCKS, TABLE1, block_specs
 from retrybench.results import Result, RunSummary, is_failed
 from retrybench.spec import RunSpec
 
@@ -65,7 +66,8 @@ class RunSet:
         is not a trigger-sweep run, though its spec is one of the sweep's at more runs)."""
         self._by_spec: dict[RunSpec, Result] = {spec_of(result): result for result in results}
         self.runs = runs
-        self.entries = _entries(self._by_spec, runs, first_seed)
+        self.entries = _entries(self._by_spec, runs, first_seed, list(TABLE1))  # Table 1's runs
+        self.beyond = _entries(self._by_spec, runs, first_seed, [n for n in BLOCKS if n not in TABLE1])
 
     def __len__(self) -> int:
         return len(self._by_spec)
@@ -93,7 +95,7 @@ class RunSet:
         return [e.summary for e in entries if e.summary is not None]
 
     def block_entries(self, block: str) -> list[Entry]:
-        return [e for e in self.entries if e.block == block]
+        return [e for e in (self.entries if block in TABLE1 else self.beyond) if e.block == block]
 
     def pairs(self, block: str, models: Iterable[str] | None = None) -> list[tuple[str, int]]:
         """(model, seed) of the block's runs present here, models in the block's order."""
@@ -102,11 +104,14 @@ class RunSet:
         return sorted((p for p in present if p[0] in wanted), key=lambda p: (wanted.index(p[0]), p[1]))
 
 
-def _entries(by_spec: Mapping[RunSpec, Result], runs: int | None, first_seed: int) -> list[Entry]:
-    """Every (block, result) whose spec is one of the block's, in Table 1's block order."""
+def _entries(by_spec: Mapping[RunSpec, Result], runs: int | None, first_seed: int, names: list[str]
+             ) -> list[Entry]:
+    """Every (block, result) whose spec is one of the named blocks', in BLOCKS' order."""
     specs = list(by_spec)
     entries = []
     for name, block in BLOCKS.items():
+        if name not in names:
+            continue
         for model in block.models:
             gpus = sorted({s.gpu for s in specs if s.model == model})
             for gpu in gpus:

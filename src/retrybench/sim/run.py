@@ -28,6 +28,7 @@ from retrybench.control.proxy import (
     Notify,
     ProxyCore,
     Refuse,
+    Serve,
     SetTimer,
 )
 from retrybench.engine.core import EngineCore
@@ -48,6 +49,12 @@ from retrybench.workload import Call
 
 __all__ = ["simulate"]
 
+# A completed response's size in bytes, as a vLLM completions stream carries it (one SSE event per
+# token, HTTP chunk framing included: 209 bytes for a one-token event of a model named as the
+# paper's; 25 for the end marker and the last chunk). Only result retention's byte bounds read it.
+STREAM_BYTES_PER_TOKEN = 209
+STREAM_BYTES_FIXED = 25
+
 # Event priorities at equal times: engine output first (a response that arrives exactly at the
 # deadline is delivered), then what reaches the engine, then client deadlines and sends.
 _ENGINE, _ABORT, _DEADLINE, _SEND, _ARRIVAL, _TIMER = range(6)
@@ -66,6 +73,7 @@ class _Attempt:
     retry_after_s: float | None = None
     attached: bool = False
     refused_live: bool = False
+    retained: bool = False
 
 
 @dataclass(slots=True)
@@ -135,7 +143,8 @@ class _Sim:
                     continue  # a step that only computed: no call can have ended
                 for event in events:
                     kind_name = "completed" if event.kind == "finished" else event.kind
-                    self._apply(self.proxy.on_engine_event(event.rid, kind_name, now), now)
+                    result_bytes = self._result_bytes(event.rid) if kind_name == "completed" else None
+                    self._apply(self.proxy.on_engine_event(event.rid, kind_name, now, result_bytes), now)
             else:
                 _at, kind, _seq, payload = heappop(heap)
                 if kind == _DEADLINE:
@@ -204,6 +213,12 @@ class _Sim:
             self._end_attempt(record, refused, now, decision.retry_after_s)
             return
         record.execution_id = decision.execution_id
+        if isinstance(decision, Serve):  # the response was kept: it arrives at once
+            record.retained = True
+            record.first_token_s = now
+            self.delivered_to_subscriber.add(decision.execution_id)
+            self._end_attempt(record, runlog.COMPLETED, now)
+            return
         self.loop.push(record.deadline_s, _DEADLINE, record)
         if isinstance(decision, Attach):
             record.attached = True
@@ -258,6 +273,11 @@ class _Sim:
             refused: AttemptOutcome = runlog.REFUSED_429 if action.status == 429 else runlog.REFUSED_503
             self._end_attempt(record, refused, now, action.retry_after_s)
 
+    def _result_bytes(self, execution_id: int) -> int:
+        """The size of a completed execution's response as an OpenAI-compatible server streams it."""
+        call = self.calls[self.execution_created[execution_id][0]].call
+        return STREAM_BYTES_FIXED + STREAM_BYTES_PER_TOKEN * call.response_tokens
+
     def _dispatch(self, execution_id: int, now: float) -> None:
         call_index, _attempt_no, _created = self.execution_created[execution_id]
         call = self.calls[call_index].call
@@ -283,7 +303,7 @@ class _Sim:
                           ended_s=r.ended_s if r.ended_s is not None else end_s,
                           outcome=r.outcome or runlog.ERROR, execution_id=r.execution_id,
                           first_token_s=r.first_token_s, retry_after_s=r.retry_after_s,
-                          attached=r.attached, refused_live=r.refused_live)
+                          attached=r.attached, refused_live=r.refused_live, retained=r.retained)
             for r in self.attempts.values() if r.execution_id is not None or r.outcome is not None
         ]
         self.engine.snapshot()
