@@ -76,7 +76,8 @@ BLOCKS: dict[str, Block] = {
     # Beyond the paper: the official SDKs' default retry policies (and a typical tenacity wrapper) in place of
     # the paper's client, with no control, coalescing, coalescing with retention, and the retry budget.
     "sdk-clients": Block(name="sdk-clients", conditions=SDK_CONDITIONS, models=PAPER_MODELS, section="3.1",
-                         paper=False, clients=(None, "openai-sdk", "anthropic-sdk", "tenacity-typical")),
+                         pulses_x=PULSES_X, paper=False,
+                         clients=(None, "openai-sdk", "anthropic-sdk", "tenacity-typical")),
 }
 TABLE1 = {name: block for name, block in BLOCKS.items() if block.paper}
 

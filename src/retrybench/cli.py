@@ -518,8 +518,13 @@ def make_tiny_model(directory: Path, layers: int, hidden: int, vocab: int, max_p
               help=TIME_SCALE_HELP)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Where to write the attempts as a run log (JSON, written atomically).")
-def loadgen(trace_file: Path, target: str, condition: str, seed: int, time_scale: float, out: Path) -> None:
-    """Replay a trace open-loop against TARGET with the paper's retrying client."""
+@click.option("--driver", type=click.Choice(["builtin", "openai-sdk"]), default="builtin", show_default=True,
+              help="builtin: the project's retrying client decides every retry; openai-sdk: each call goes "
+                   "through the official openai SDK, which retries on its own (real time only; the policy "
+                   "gives it only its timeout and retry count).")
+def loadgen(trace_file: Path, target: str, condition: str, seed: int, time_scale: float, out: Path,
+            driver: str) -> None:
+    """Replay a trace open-loop against TARGET with a retrying client."""
     from retrybench.config import load_condition
     from retrybench.live.loadgen import LoadgenSettings, run_loadgen
     from retrybench.workload import load_trace
@@ -529,6 +534,18 @@ def loadgen(trace_file: Path, target: str, condition: str, seed: int, time_scale
         trace = load_trace(trace_file)
     except (ConfigError, ValueError) as error:
         raise click.UsageError(str(error)) from error
+    if driver == "openai-sdk":
+        if time_scale != 1.0:
+            raise click.UsageError("--driver openai-sdk runs in real time: the SDK sleeps its backoff on the wall "
+                                   "clock (leave --time-scale at 1)")
+        from retrybench.live.sdk_driver import MissingSdk, SdkLoadSettings, run_sdk_loadgen
+
+        try:
+            sdk = run_sdk_loadgen(trace, SdkLoadSettings(target=target, client=client), out)
+        except MissingSdk as error:
+            raise click.ClickException(str(error)) from error
+        console.print(f"{len(sdk.calls)} calls, {len(sdk.attempts)} attempts through the openai SDK")
+        return
     settings = LoadgenSettings(target=target, client=client, seed=seed, time_scale=time_scale)
     result = run_loadgen(trace, settings, out)
     lateness = result.meta["send_lateness"]

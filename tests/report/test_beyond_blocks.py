@@ -55,9 +55,10 @@ def test_blocks_plan_runs_only_the_named_blocks_and_refuses_unknown_names() -> N
 def test_the_sdk_block_crosses_client_profiles_with_its_conditions(template: dict[str, Any]) -> None:
     specs = block_specs("sdk-clients", QWEN, runs=1)
     assert {s.client for s in specs} == {None, "openai-sdk", "anthropic-sdk", "tenacity-typical"}
-    assert len(specs) == 4 * len(BLOCKS["sdk-clients"].conditions)
+    assert len(specs) == 4 * len(BLOCKS["sdk-clients"].conditions) * len(BLOCKS["sdk-clients"].pulses_x)
     paper_client = [s for s in specs if s.client is None]
-    assert all(s.as_dict() == RunSpec(model=QWEN, condition=s.condition, seed=1).as_dict() for s in paper_client)
+    assert all(s.as_dict() == RunSpec(model=QWEN, condition=s.condition, seed=1, pulse_x=s.pulse_x).as_dict()
+               for s in paper_client)  # the paper client's runs are Table 1's specs, shared with its blocks
     names = {run_file_name(fake(template, s)) for s in specs}
     assert len(names) == len(specs), "two runs of the block would share a summary file"
 
@@ -83,15 +84,17 @@ def test_the_retention_section_sets_each_condition_beside_its_retaining_twin(tem
 
 
 def test_the_sdk_section_says_which_default_recovers_and_which_collapses(template: dict[str, Any]) -> None:
-    specs = block_specs("sdk-clients", QWEN, runs=1)
+    specs = [s for s in block_specs("sdk-clients", QWEN, runs=1) if s.pulse_x == 2.7]
     results = [fake(template, s, recovered=s.client in ("openai-sdk", "anthropic-sdk"), executions_created=250)
                for s in specs]
     context = build_context(results, META, runs=1)
     assert context["sdk_verdicts"] == [
-        "With no control, the paper client's default collapses (0 of 1 runs recovered).",
-        "With no control, the openai-sdk client's default recovers (1 of 1 runs recovered).",
-        "With no control, the anthropic-sdk client's default recovers (1 of 1 runs recovered).",
-        "With no control, the tenacity-typical client's default collapses (0 of 1 runs recovered)."]
+        "With no control at a 2.7 C-hat pulse, the paper client's default collapses (0 of 1 runs recovered).",
+        "With no control at a 2.7 C-hat pulse, the openai-sdk client's default recovers (1 of 1 runs recovered).",
+        "With no control at a 2.7 C-hat pulse, the anthropic-sdk client's default recovers (1 of 1 runs "
+        "recovered).",
+        "With no control at a 2.7 C-hat pulse, the tenacity-typical client's default collapses (0 of 1 runs "
+        "recovered)."]
     row = next(r for r in context["sdk_clients"] if r["client"] == "openai-sdk" and r["condition"] == "no-control")
     assert row["executions_per_delivered_call"] == "2.500"
 
@@ -108,5 +111,5 @@ def test_the_page_shows_both_sections_with_their_rows(template: dict[str, Any], 
     retention = page[page.index('<section id="retention"'):page.index("</section>", page.index('id="retention"'))]
     assert retention.count("<tr") == 1 + 4  # the head, and one row per condition
     sdk = page[page.index('<section id="sdk-clients"'):page.index("</section>", page.index('id="sdk-clients"'))]
-    assert sdk.count("<tr") == 1 + 16 and "the openai-sdk client&#39;s default recovers" in sdk
+    assert sdk.count("<tr") == 1 + 16 * 3 and "the openai-sdk client&#39;s default recovers" in sdk
     assert "(Section 6.4, beyond the paper)" in page

@@ -9,6 +9,7 @@ measured numbers).
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
@@ -381,45 +382,48 @@ def _retention(rs: RunSet) -> list[dict[str, Any]]:
     return rows
 
 
+def _sdk_runs(rs: RunSet, **where: Any) -> list[RunSummary]:
+    """The sdk-clients block's summaries whose spec has these field values."""
+    return [e.summary for e in rs.block_entries("sdk-clients") if e.summary is not None
+            and all(getattr(e.spec, name) == value for name, value in where.items())]
+
+
 def _sdk_clients(rs: RunSet) -> list[dict[str, Any]]:
-    """Per model, client profile and condition, over the block's runs: whether the engine recovered,
-    what was delivered, and how many executions each delivered call cost."""
+    """Per model, pulse, client profile and condition, over the block's runs: whether the engine
+    recovered, what was delivered, and how many executions each delivered call cost."""
     block = BLOCKS["sdk-clients"]
     rows = []
-    for model in block.models:
-        for client in block.clients:
-            for condition in block.conditions:
-                runs = [e.summary for e in rs.block_entries("sdk-clients") if e.summary is not None
-                        and (e.spec.model, e.spec.client, e.spec.condition) == (model, client, condition)]
-                if not runs:
-                    continue
-                delivered = sum(r["calls_delivered"] for r in runs)
-                rows.append({
-                    "model": model, "client": client or "paper", "condition": condition, "runs": len(runs),
-                    "recovered": _over_runs([r["recovered"] for r in runs]),
-                    "recovered_all": all(r["recovered"] for r in runs),
-                    "hold_delivered_pct": fmt.span([r["hold_delivered_pct"] for r in runs]),
-                    "pulse_delivered_pct": fmt.span([r["pulse_delivered_pct"] for r in runs]),
-                    "executions_per_delivered_call": (f"{sum(r['executions_created'] for r in runs) / delivered:.3f}"
-                                                      if delivered else fmt.DASH),
-                })
+    for model, pulse_x, client, condition in itertools.product(block.models, block.pulses_x, block.clients,
+                                                               block.conditions):
+        runs = _sdk_runs(rs, model=model, pulse_x=pulse_x, client=client, condition=condition)
+        if not runs:
+            continue
+        delivered = sum(r["calls_delivered"] for r in runs)
+        per_call = sum(r["executions_created"] for r in runs) / delivered if delivered else None
+        rows.append({
+            "model": model, "pulse_x": pulse_x, "client": client or "paper", "condition": condition,
+            "runs": len(runs), "recovered": _over_runs([r["recovered"] for r in runs]),
+            "hold_delivered_pct": fmt.span([r["hold_delivered_pct"] for r in runs]),
+            "pulse_delivered_pct": fmt.span([r["pulse_delivered_pct"] for r in runs]),
+            "executions_per_delivered_call": fmt.DASH if per_call is None else f"{per_call:.3f}",
+        })
     return rows
 
 
 def _sdk_verdicts(rs: RunSet) -> list[str]:
-    """One plain sentence per client profile: with no control, did its default recover or collapse?"""
+    """One plain sentence per client profile and pulse: with no control, did its default recover or
+    collapse?"""
     block = BLOCKS["sdk-clients"]
     sentences = []
-    for client in block.clients:
-        runs = [e.summary for e in rs.block_entries("sdk-clients") if e.summary is not None
-                and e.spec.client == client and e.spec.condition == "no-control"]
+    for client, pulse_x in itertools.product(block.clients, block.pulses_x):
+        runs = _sdk_runs(rs, client=client, pulse_x=pulse_x, condition="no-control")
         if not runs:
             continue
         recovered = sum(1 for r in runs if r["recovered"])
         verdict = ("recovers" if recovered == len(runs) else "collapses" if recovered == 0
                    else "recovers on some runs only")
-        sentences.append(f"With no control, the {client or 'paper'} client's default {verdict} "
-                         f"({recovered} of {len(runs)} runs recovered).")
+        sentences.append(f"With no control at a {pulse_x:g} C-hat pulse, the {client or 'paper'} client's default "
+                         f"{verdict} ({recovered} of {len(runs)} runs recovered).")
     return sentences
 
 
