@@ -23,7 +23,7 @@ from rich.table import Table
 
 from retrybench import __version__
 from retrybench.analysis.calibrate import STAGES
-from retrybench.blocks import BLOCKS, PAPER_MODELS, block_specs, blocks_plan, unseen_seeds_plan
+from retrybench.blocks import BLOCKS, PAPER_MODELS, TABLE1, block_specs, blocks_plan, unseen_seeds_plan
 from retrybench.client_profiles import available_client_profiles, client_profile
 from retrybench.config import ConfigError, available_conditions
 from retrybench.engine.profiles import GPUS, MODELS
@@ -273,7 +273,8 @@ def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: EngineC
               default=None, help="A compare-real-engine result for the report's Real engine section "
                                  "(default: OUT/real-engine.json when there).")
 @click.option("--blocks", "blocks_text", default="all", show_default=True,
-              help=f"Comma-separated blocks ({', '.join(BLOCKS)}), or all: Table 1's and those beyond the paper.")
+              help=f"Comma-separated blocks ({', '.join(BLOCKS)}); table1: Table 1's alone; all: Table 1's and "
+                   "those beyond the paper.")
 def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: Path, jobs: int | None,
               unseen_seeds: bool, as_json: bool, real_engine: Path | None, blocks_text: str) -> None:
     """Every block of Table 1 (the paper's 137 runs by default), then the HTML reproducibility report:
@@ -286,7 +287,8 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
     if unknown:
         raise click.UsageError(f"unknown model(s) {', '.join(unknown)}; the paper's: {', '.join(PAPER_MODELS)}")
     runs = _runs_option(runs_text)
-    names = list(BLOCKS) if blocks_text.strip() == "all" else [b.strip() for b in blocks_text.split(",") if b.strip()]
+    named = {"all": list(BLOCKS), "table1": list(TABLE1)}
+    names = named.get(blocks_text.strip()) or [b.strip() for b in blocks_text.split(",") if b.strip()]
     try:
         plan = blocks_plan(names, chosen, gpu, runs)
     except ValueError as error:

@@ -113,3 +113,14 @@ def test_the_page_shows_both_sections_with_their_rows(template: dict[str, Any], 
     sdk = page[page.index('<section id="sdk-clients"'):page.index("</section>", page.index('id="sdk-clients"'))]
     assert sdk.count("<tr") == 1 + 16 * 3 and "the openai-sdk client&#39;s default recovers" in sdk
     assert "(Section 6.4, beyond the paper)" in page
+
+
+def test_reproduce_refuses_an_unknown_block_before_any_run(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from retrybench.cli import main
+
+    result = CliRunner().invoke(main, ["reproduce", "--blocks", "retention,no-such-block", "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert "unknown block(s) no-such-block" in result.output and "sdk-clients" in result.output
+    assert not any(tmp_path.iterdir()), "it ran something before refusing"
