@@ -87,7 +87,9 @@ class LoadResult:
 
 
 @dataclass(slots=True)
-class _Attempt:
+class AttemptInFlight:
+    """One attempt as it runs, until it becomes an AttemptRecord (the SDK driver's attempts too)."""
+
     call_index: int
     attempt_no: int
     sent_s: float
@@ -108,7 +110,7 @@ class _CallState:
     failed_reason: FailedReason | None = None
 
 
-def _retry_after(headers: Any) -> float | None:
+def retry_after_s(headers: Any) -> float | None:
     """Retry-After-Ms (ms) if present, else Retry-After (s); both already in trace seconds."""
     for name, scale in (("Retry-After-Ms", 1e-3), ("Retry-After", 1.0)):
         raw = headers.get(name)
@@ -164,7 +166,7 @@ class _Load:
         self.arrived = 0  # position in self.order of the next first attempt
         self.built = 0  # position in self.order of the next body to build ahead
         self.states = [_CallState() for _ in calls]
-        self.records: list[_Attempt] = []
+        self.records: list[AttemptInFlight] = []
         self.lateness_ms: list[float] = []
         self.tasks: set[asyncio.Task[None]] = set()
         self.unsent = 0  # attempts started but still waiting for their send time
@@ -286,7 +288,7 @@ class _Load:
         if self.unsent == 0 and self.built < len(self.order):
             self._poke(-math.inf)  # the dispatcher may build bodies again
         self.lateness_ms.append((sent - due) * 1e3)
-        record = _Attempt(index, action.attempt_no, max(self.clock.run_s(sent), action.send_s))
+        record = AttemptInFlight(index, action.attempt_no, max(self.clock.run_s(sent), action.send_s))
         self.records.append(record)
         self.states[index].attempts += 1
         self.in_flight += 1
@@ -301,7 +303,7 @@ class _Load:
             outcome, now = TIMED_OUT, action.deadline_s
         self._report(record, outcome, now)
 
-    async def _exchange(self, record: _Attempt, body: bytes, headers: dict[str, str]) -> AttemptOutcome:
+    async def _exchange(self, record: AttemptInFlight, body: bytes, headers: dict[str, str]) -> AttemptOutcome:
         """Send one attempt and read its answer; a cancellation (the deadline) closes the connection."""
         assert self.session is not None
         response: aiohttp.ClientResponse | None = None
@@ -315,7 +317,7 @@ class _Load:
             if response.status != 200:
                 await response.read()
                 if response.status == 429:
-                    record.retry_after_s = _retry_after(response.headers)
+                    record.retry_after_s = retry_after_s(response.headers)
                     return REFUSED_429
                 return REFUSED_503 if response.status == 503 else ERROR
             if not self.settings.stream:
@@ -331,7 +333,7 @@ class _Load:
                 else:
                     response.close()  # really close it: the proxy or engine must see the disconnect
 
-    async def _read_stream(self, record: _Attempt, response: aiohttp.ClientResponse) -> AttemptOutcome:
+    async def _read_stream(self, record: AttemptInFlight, response: aiohttp.ClientResponse) -> AttemptOutcome:
         first = True
         async for line in response.content:
             if not line.startswith(b"data:"):
@@ -347,7 +349,7 @@ class _Load:
                 first = False
         return ERROR  # the stream ended without [DONE]
 
-    def _report(self, record: _Attempt, outcome: AttemptOutcome, now: float) -> None:
+    def _report(self, record: AttemptInFlight, outcome: AttemptOutcome, now: float) -> None:
         record.outcome = outcome
         record.ended_s = now
         self.in_flight -= 1

@@ -22,7 +22,7 @@ from typing import Any
 
 from retrybench.atomicfile import write_atomic
 from retrybench.config import ClientPolicy
-from retrybench.live.loadgen import LoadResult
+from retrybench.live.loadgen import AttemptInFlight, LoadResult, retry_after_s
 from retrybench.runlog import (
     COMPLETED,
     ERROR,
@@ -54,32 +54,8 @@ class SdkLoadSettings:
     extra_body: dict[str, Any] | None = None  # more request fields (a test upstream's knobs)
 
 
-@dataclass(slots=True)
-class _Attempt:
-    call_index: int
-    attempt_no: int
-    sent_s: float
-    ended_s: float | None = None
-    outcome: AttemptOutcome | None = None
-    execution_id: int | None = None
-    retry_after_s: float | None = None
-    attached: bool = False
-    retained: bool = False
-
-
 def _outcome(status: int) -> AttemptOutcome:
     return COMPLETED if status == 200 else REFUSED_429 if status == 429 else REFUSED_503 if status == 503 else ERROR
-
-
-def _retry_after(headers: Any) -> float | None:
-    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
-        raw = headers.get(name)
-        if raw is not None:
-            try:
-                return float(raw) * scale
-            except ValueError:
-                continue
-    return None
 
 
 class _SdkLoad:
@@ -88,7 +64,7 @@ class _SdkLoad:
         self.settings = settings
         self.calls = trace.calls if settings.max_calls is None else trace.calls[: settings.max_calls]
         self.index = {call.call_id: i for i, call in enumerate(self.calls)}
-        self.attempts: dict[tuple[int, int], _Attempt] = {}
+        self.attempts: dict[tuple[int, int], AttemptInFlight] = {}
         self.delivered: dict[int, float] = {}
         self.failed: dict[int, float] = {}
         self.t0 = time.monotonic()
@@ -101,7 +77,7 @@ class _SdkLoad:
         index = self.index.get(request.headers.get(CALL_ID, ""))
         if index is not None:
             number = int(request.headers.get(RETRY_COUNT, "0"))
-            self.attempts[(index, number)] = _Attempt(index, number, self.now())
+            self.attempts[(index, number)] = AttemptInFlight(index, number, self.now())
 
     async def on_response(self, response: Any) -> None:
         """Its response head; an attempt with none timed out (or lost its connection)."""
@@ -112,7 +88,7 @@ class _SdkLoad:
             return
         record.ended_s = self.now()
         record.outcome = _outcome(response.status_code)
-        record.retry_after_s = _retry_after(response.headers)
+        record.retry_after_s = retry_after_s(response.headers)
         execution = response.headers.get("x-retrybench-execution")
         record.execution_id = int(execution) if execution is not None else None
         record.attached = response.headers.get("x-retrybench-attached") == "1"
