@@ -433,3 +433,37 @@ def test_the_openai_sdk_with_a_short_timeout_is_saved_by_retention(monkeypatch: 
         await s.settle()
 
     run(policy("deferred-cancellation", retain_s=retain_s), test)
+
+
+@pytest.mark.parametrize("name", ["retries-on-cancel-on", "coalescing"])
+def test_a_client_that_closes_on_done_has_its_execution_counted_delivered(name: str) -> None:
+    """Some load generators close the connection as soon as `data: [DONE]` arrives, before the body's
+    last chunk: that client had the whole response, so the execution is completed, not orphaned (nor
+    cancelled, with cancellation on), and the stream is not cut."""
+    async def test(s: Stack) -> None:
+        response = await s.post(body(5, end_delay_ms=3000), key="call-1").__aenter__()
+        got = b""
+        while not got.endswith(b"data: [DONE]\n\n"):
+            got += await response.content.readany()
+        response.close()
+        await until(lambda: s.upstream.completed == 1, "the upstream to end the body",
+                    seen=lambda: f"{s.upstream.disconnects} disconnects")
+        await s.settle()
+        assert s.upstream.disconnects == 0
+        assert await s.metric("retrybench_proxy_executions_total", fate="completed") == 1
+        assert await s.metric("retrybench_proxy_executions_total", fate="orphaned") == 0
+        assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 0
+
+    run(policy(name), test)
+
+
+def test_a_client_that_leaves_before_done_still_counts_as_leaving() -> None:
+    async def test(s: Stack) -> None:
+        response = await s.post(body(50, interval_ms=20), key="call-1").__aenter__()
+        await response.content.readuntil(b"\n\n")
+        response.close()  # mid-stream: it gave up
+        await until(lambda: s.upstream.disconnects == 1, "the cancellation to reach the upstream")
+        await s.settle()
+        assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 1
+
+    run(policy("retries-on-cancel-on"), test)

@@ -71,6 +71,7 @@ FORWARDED_HEADERS = ("Authorization", "Content-Type", "Accept")
 JSON = "application/json"
 logger = logging.getLogger(__name__)
 SHUTDOWN = "shutdown"  # an execution's outcome when the proxy stopped while it ran
+SSE_END = b"data: [DONE]\n\n"  # the last event of an OpenAI-compatible stream
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,6 +117,7 @@ class Relay:
         self.truncated = False  # the upstream stream broke before its end
         self.refused = False  # a 503 sent as an SSE error event inside HTTP 200
         self.pending = 0  # subscribers not yet receiving live bytes
+        self.delivered_whole = False  # a client left after the stream's end marker, before its last chunk
         self.live: list[_Subscriber] = []
         self.subscribers = 0
         self.task: asyncio.Task[None] | None = None
@@ -140,6 +142,13 @@ class Relay:
         alone = (self._streaming and self._framed and not self.keep_replay and not self.pending
                  and len(self.live) == 1)
         connection.direct = self.live[0].transport if alone else None
+
+    def forwarded_the_end(self) -> bool:
+        """Whether the bytes forwarded so far end with the SSE end marker: a client that leaves now
+        has the whole response (clients may close on `data: [DONE]`, before the body's last chunk)."""
+        connection = self.connection
+        return (self._streaming and self._framed and connection is not None and connection.sink is self
+                and SSE_END in connection.last_body[-len(SSE_END) - 8:])
 
     def on_head(self, head: ResponseHead) -> None:
         self.status = head.status
@@ -413,7 +422,9 @@ class ProxyServer:
             if sub in relay.live:
                 relay.live.remove(sub)
             relay.rewire()
-            if not finished:
+            if not finished and joined and relay.forwarded_the_end():
+                relay.delivered_whole = True  # it left with everything: not a subscriber that gave up
+            elif not finished:
                 self._left(sub.key)
 
     def _left(self, key: Subscriber) -> None:
@@ -526,7 +537,7 @@ class ProxyServer:
         for sub in relay.live:
             if sub.finished is not None and not sub.finished.done():
                 sub.finished.set_result(None)
-        delivered = relay.subscribers > 0 and (relay.live or relay.pending)
+        delivered = relay.subscribers > 0 and (relay.live or relay.pending or relay.delivered_whole)
         self.relays.pop(relay.execution_id, None)
         self.core.forget(relay.execution_id)
         cut_off = outcome == SHUTDOWN

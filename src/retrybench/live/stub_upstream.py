@@ -83,6 +83,9 @@ class StubUpstream:
             if first_delay:
                 await asyncio.sleep(first_delay)
             await self._stream(response, n, interval)
+            end_delay = float(stub.get("end_delay_ms", 0)) / 1000
+            if end_delay:  # [DONE] is sent; the body's last chunk comes this much later
+                await asyncio.sleep(end_delay)
             await response.write_eof()
             self.completed += 1
             return response

@@ -52,6 +52,7 @@ class _Connection(asyncio.Protocol):
         self._reset()
 
     def _reset(self) -> None:
+        self.last_body = b""  # the streamed body's latest read: does what the client got end the stream?
         self._head: ResponseHead | None = None
         self._buffer = b""
         self._scanner: ChunkedScanner | None = None
@@ -73,6 +74,7 @@ class _Connection(asyncio.Protocol):
             if scanner is not None and not self._want_payload:  # a streamed body's chunks: most reads
                 used = scanner.feed(data)
                 body = data if used == len(data) else data[:used]
+                self.last_body = body
                 client = self.direct
                 if client is not None and not client.is_closing():
                     client.write(body)
@@ -150,7 +152,9 @@ class _Connection(asyncio.Protocol):
             if first:
                 self._want_payload = False
                 sink.on_first_payload(first)
-            sink.on_body(data if used == len(data) else data[:used])
+            body = data if used == len(data) else data[:used]
+            self.last_body = body
+            sink.on_body(body)
             if scanner.done:
                 self._end(None)
             return
