@@ -110,6 +110,16 @@ class _CallState:
     failed_reason: FailedReason | None = None
 
 
+def note_proxy_headers(record: AttemptInFlight, headers: Any) -> None:
+    """What the proxy says of the attempt: its execution, and whether it attached or was served a
+    retained response (headers absent, as from an engine without the proxy, leave the defaults)."""
+    execution = headers.get("X-Retrybench-Execution")
+    if execution is not None and execution.strip().lstrip("-").isdigit():
+        record.execution_id = int(execution)
+    record.attached = headers.get("X-Retrybench-Attached") == "1"
+    record.retained = headers.get("X-Retrybench-Retained") == "1"
+
+
 def retry_after_s(headers: Any) -> float | None:
     """Retry-After-Ms (ms) if present, else Retry-After (s); both already in trace seconds."""
     for name, scale in (("Retry-After-Ms", 1e-3), ("Retry-After", 1.0)):
@@ -309,11 +319,7 @@ class _Load:
         response: aiohttp.ClientResponse | None = None
         try:
             response = await self.session.post(self.url, data=body, headers=headers)
-            execution = response.headers.get("X-Retrybench-Execution")
-            if execution is not None and execution.strip().lstrip("-").isdigit():
-                record.execution_id = int(execution)
-            record.attached = response.headers.get("X-Retrybench-Attached") == "1"
-            record.retained = response.headers.get("X-Retrybench-Retained") == "1"
+            note_proxy_headers(record, response.headers)
             if response.status != 200:
                 await response.read()
                 if response.status == 429:

@@ -569,7 +569,6 @@ class ProxyServer:
             self.log.flush()
             await asyncio.sleep(min(self.settings.scrape_s, self.log.flush_s))
 
-
     def _expire_retained(self) -> None:
         now = self.now()
         actions = self.core.expire(now)

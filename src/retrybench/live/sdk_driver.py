@@ -22,7 +22,7 @@ from typing import Any
 
 from retrybench.atomicfile import write_atomic
 from retrybench.config import ClientPolicy
-from retrybench.live.loadgen import AttemptInFlight, LoadResult, retry_after_s
+from retrybench.live.loadgen import AttemptInFlight, LoadResult, note_proxy_headers, retry_after_s
 from retrybench.runlog import (
     COMPLETED,
     ERROR,
@@ -89,10 +89,7 @@ class _SdkLoad:
         record.ended_s = self.now()
         record.outcome = _outcome(response.status_code)
         record.retry_after_s = retry_after_s(response.headers)
-        execution = response.headers.get("x-retrybench-execution")
-        record.execution_id = int(execution) if execution is not None else None
-        record.attached = response.headers.get("x-retrybench-attached") == "1"
-        record.retained = response.headers.get("x-retrybench-retained") == "1"
+        note_proxy_headers(record, response.headers)
 
     async def one_call(self, client: Any, index: int) -> None:
         call = self.calls[index]
