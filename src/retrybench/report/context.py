@@ -365,8 +365,7 @@ def _retention(rs: RunSet) -> list[dict[str, Any]]:
     for model in BLOCKS["retention"].models:
         for paper, kept in RETENTION_PAIRS:
             for condition in (paper, kept):
-                runs = [e.summary for e in rs.block_entries("retention")
-                        if e.spec.model == model and e.spec.condition == condition and e.summary is not None]
+                runs = _runs_of(rs, "retention", model, condition)
                 if not runs:
                     continue
                 rows.append({
@@ -382,12 +381,6 @@ def _retention(rs: RunSet) -> list[dict[str, Any]]:
     return rows
 
 
-def _sdk_runs(rs: RunSet, **where: Any) -> list[RunSummary]:
-    """The sdk-clients block's summaries whose spec has these field values."""
-    return [e.summary for e in rs.block_entries("sdk-clients") if e.summary is not None
-            and all(getattr(e.spec, name) == value for name, value in where.items())]
-
-
 def _sdk_clients(rs: RunSet) -> list[dict[str, Any]]:
     """Per model, pulse, client profile and condition, over the block's runs: whether the engine
     recovered, what was delivered, and how many executions each delivered call cost."""
@@ -395,7 +388,7 @@ def _sdk_clients(rs: RunSet) -> list[dict[str, Any]]:
     rows = []
     for model, pulse_x, client, condition in itertools.product(block.models, block.pulses_x, block.clients,
                                                                block.conditions):
-        runs = _sdk_runs(rs, model=model, pulse_x=pulse_x, client=client, condition=condition)
+        runs = _runs_of(rs, "sdk-clients", model, condition, pulse_x=pulse_x, client=client)
         if not runs:
             continue
         delivered = sum(r["calls_delivered"] for r in runs)
@@ -416,7 +409,8 @@ def _sdk_verdicts(rs: RunSet) -> list[str]:
     block = BLOCKS["sdk-clients"]
     sentences = []
     for client, pulse_x in itertools.product(block.clients, block.pulses_x):
-        runs = _sdk_runs(rs, client=client, pulse_x=pulse_x, condition="no-control")
+        runs = [r for model in block.models
+                for r in _runs_of(rs, "sdk-clients", model, "no-control", client=client, pulse_x=pulse_x)]
         if not runs:
             continue
         recovered = sum(1 for r in runs if r["recovered"])
