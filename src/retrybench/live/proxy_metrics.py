@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -17,6 +17,8 @@ from retrybench.control.proxy import Attach, Create, Decision, ProxyCore, Serve
 
 __all__ = ["FATES", "ProxyMetrics"]
 
+# From loopback-fast (a retained or replayed answer) to the deadlines the paper's clients give up at.
+TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 FATES = ("completed", "orphaned", "cancelled", "attached", "dropped", "refused", "failed")
 
 
@@ -56,6 +58,10 @@ class ProxyMetrics:
         self._decision = {name: self.decisions.labels(name) for name in ("created", "attached", "served_retained",
                                                                          "refused_429", "refused_503")}
         self._fate = {fate: self.executions.labels(fate) for fate in FATES}
+        self.time_to_first_token = Histogram(
+            "retrybench_proxy_time_to_first_token_seconds",
+            "Streamed attempts answered 200: wall seconds from the request read to its first payload written "
+            "(an attached retry's replay and a retained response included)", buckets=TTFT_BUCKETS, registry=r)
         Gauge("retrybench_proxy_queue_depth", "Executions waiting in the proxy's queue",
               registry=r).set_function(lambda: core.waiting)
         Gauge("retrybench_proxy_outstanding", "Executions with an open upstream stream",

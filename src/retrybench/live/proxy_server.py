@@ -89,8 +89,10 @@ class ProxySettings:
 @dataclass(eq=False, slots=True)
 class _Subscriber:
     key: Subscriber
+    arrived: float = 0.0  # time.monotonic() when its request was read: its time to first token counts from there
     transport: asyncio.Transport | None = None  # set once it receives live bytes
     finished: asyncio.Future[None] | None = None
+    first_token_seen: bool = False
 
 
 class Relay:
@@ -118,6 +120,7 @@ class Relay:
         self.refused = False  # a 503 sent as an SSE error event inside HTTP 200
         self.pending = 0  # subscribers not yet receiving live bytes
         self.delivered_whole = False  # a client left after the stream's end marker, before its last chunk
+        self.first_token = False  # a streamed 200 whose first payload (not an error event) arrived
         self.live: list[_Subscriber] = []
         self.subscribers = 0
         self.task: asyncio.Task[None] | None = None
@@ -164,7 +167,10 @@ class Relay:
             return
         self.refused = b'"error"' in payload[:64] and b"503" in payload
         if not self.refused:
+            self.first_token = True
             self.server.engine_event(self, "first_token")
+            for sub in self.live:  # the payload is written to their sockets next, in this same callback
+                self.server.first_token_sent(sub)
 
     def on_body(self, data: bytes) -> None:
         if not data:
@@ -326,6 +332,7 @@ class ProxyServer:
         chat = ROUTES[request.path]
         try:
             body = await request.read()
+            arrived = time.monotonic()
         except web.HTTPRequestEntityTooLarge:
             return error_response(413, f"the body is over the limit of {self.settings.max_body_bytes} bytes")
         try:
@@ -351,7 +358,7 @@ class ProxyServer:
             if kept is None:  # the core and this map change together: a bug, but never a hang
                 logger.error("execution %d was to be served retained but is not held", decision.execution_id)
                 return error_response(500, "the retained response is missing")
-            return await self._serve(request, kept, _Subscriber((call_index, attempt_no)), attached=False,
+            return await self._serve(request, kept, _Subscriber((call_index, attempt_no), arrived), attached=False,
                                      retained=True)
         if isinstance(decision, Create):
             policy = self.settings.policy
@@ -365,7 +372,7 @@ class ProxyServer:
             relay = self.relays[decision.execution_id]
             if relay.subscribers == 1:  # its first retry attached
                 self.metrics.fate("attached")
-        return await self._serve(request, relay, _Subscriber((call_index, attempt_no)),
+        return await self._serve(request, relay, _Subscriber((call_index, attempt_no), arrived),
                                  attached=isinstance(decision, Attach))
 
     async def _serve(self, request: web.Request, relay: Relay, sub: _Subscriber,
@@ -403,6 +410,8 @@ class ProxyServer:
                 transport.write(b"".join(relay.chunks[sent:]))
             relay.pending -= 1
             joined = True
+            if relay.first_token:  # its replay (or the bytes that came during it) held the first payload
+                self.first_token_sent(sub)
             if not relay.keep_replay and relay.pending == 0:
                 relay.chunks = []
             if not relay.done:
@@ -426,6 +435,13 @@ class ProxyServer:
                 relay.delivered_whole = True  # it left with everything: not a subscriber that gave up
             elif not finished:
                 self._left(sub.key)
+
+    def first_token_sent(self, sub: _Subscriber) -> None:
+        """Count the subscriber's time to first token once: from its request read to its stream's first
+        payload written to its socket (live, or in the replay it joined with)."""
+        if not sub.first_token_seen:
+            sub.first_token_seen = True
+            self.metrics.time_to_first_token.observe(time.monotonic() - sub.arrived)
 
     def _left(self, key: Subscriber) -> None:
         now = self.now()
