@@ -12,6 +12,7 @@ import pytest
 from retrybench.blocks import BLOCKS, PAPER_MODELS, TABLE1, block_specs, blocks_plan, table1_plan, unseen_seeds_plan
 from retrybench.report import build_context
 from retrybench.report.context import run_file_name
+from retrybench.report.figures import figure_sdk
 from retrybench.report.runs import RunSet
 from retrybench.results import Result
 from retrybench.spec import RunSpec
@@ -97,6 +98,22 @@ def test_the_sdk_section_says_which_default_recovers_and_which_collapses(templat
         "recovered)."]
     row = next(r for r in context["sdk_clients"] if r["client"] == "openai-sdk" and r["condition"] == "no-control")
     assert row["executions_per_delivered_call"] == "2.500"
+
+
+def test_the_sdk_figure_has_a_line_per_condition_and_client_with_recovery_marked(template: dict[str, Any]) -> None:
+    specs = block_specs("sdk-clients", QWEN, runs=1)
+    results = [fake(template, s, recovered=s.pulse_x < 2.7, hold_delivered_pct=100.0 / s.pulse_x) for s in specs]
+    data = build_context(results, META, runs=1)["figures"]["sdk"]
+    block = BLOCKS["sdk-clients"]
+    assert data["conditions"] == list(block.conditions)
+    assert len(data["series"]) == len(block.conditions) * len(block.clients)
+    openai = next(s for s in data["series"] if s["client"] == "openai-sdk" and s["condition"] == "no-control")
+    assert [(p["pulse_x"], p["runs"], p["recovered"]) for p in openai["points"]] == [
+        (x, 1, 1.0 if x < 2.7 else 0.0) for x in block.pulses_x]
+    assert openai["points"][-1]["hold_pct"] == pytest.approx(100.0 / 2.7)
+    svg = figure_sdk(data)
+    assert svg.startswith("<svg") and "no-control, openai-sdk: 1.5 C-hat 66.7% (100% of runs recovered)" in svg
+    assert "sdk-clients run" in figure_sdk({"conditions": [], "series": []})  # said, not drawn, without runs
 
 
 def test_the_page_shows_both_sections_with_their_rows(template: dict[str, Any], tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def build_context(results: Iterable[Result], meta: Mapping[str, Any], runs: int 
         "table2": _table2(rs),
         "table3": _table3(rs),
         "figures": {"fig1": _fig1(rs), "fig3": _fig3(rs), "fig4": _fig4(rs), "fig5": _fig5(rs),
-                    "fig6": _fig6(rs)},
+                    "fig6": _fig6(rs), "sdk": _fig_sdk(rs)},
         "blocks": [_block(name, rs) for name in BLOCKS if rs.block_entries(name)],
         "retention": _retention(rs),
         "sdk_clients": _sdk_clients(rs),
@@ -401,6 +401,26 @@ def _sdk_clients(rs: RunSet) -> list[dict[str, Any]]:
             "executions_per_delivered_call": fmt.DASH if per_call is None else f"{per_call:.3f}",
         })
     return rows
+
+
+def _fig_sdk(rs: RunSet) -> dict[str, Any]:
+    """The sdk-clients figure's data: per condition and client, the hold delivered and the share of runs
+    that recovered at each pulse, over the block's runs on every model."""
+    block = BLOCKS["sdk-clients"]
+    series = []
+    for condition, client in itertools.product(block.conditions, block.clients):
+        points = []
+        for pulse_x in block.pulses_x:
+            runs = [r for model in block.models
+                    for r in _runs_of(rs, "sdk-clients", model, condition, pulse_x=pulse_x, client=client)]
+            if runs:
+                points.append({"pulse_x": pulse_x, "runs": len(runs),
+                               "hold_pct": sum(r["hold_delivered_pct"] for r in runs) / len(runs),
+                               "recovered": sum(1 for r in runs if r["recovered"]) / len(runs)})
+        if points:
+            series.append({"condition": condition, "client": client or "paper", "points": points})
+    return {"conditions": [c for c in block.conditions if any(s["condition"] == c for s in series)],
+            "series": series}
 
 
 def _sdk_verdicts(rs: RunSet) -> list[str]:

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["FIGURES", "figure1", "figure3", "figure4", "figure5", "figure6"]
+__all__ = ["FIGURES", "figure1", "figure3", "figure4", "figure5", "figure6", "figure_sdk"]
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
@@ -196,6 +196,36 @@ def figure6(data: dict[str, Any]) -> str:
         return _svg(fig, title, alt)
 
 
+def figure_sdk(data: dict[str, Any]) -> str:
+    """Beyond the paper: one panel per condition, one line per client profile across the pulse sizes."""
+    title = "SDK clients. Hold delivered per client profile, condition and pulse"
+    series, conditions = data["series"], data["conditions"]
+    if not series:
+        return _empty(title, "sdk-clients run")
+    clients = list(dict.fromkeys(s["client"] for s in series))
+    with _figure("figsdk", 7.2, 2.9, ncols=len(conditions)) as (fig, axes):
+        for ax, condition in zip(axes, conditions, strict=True):
+            for s in (s for s in series if s["condition"] == condition):
+                k = clients.index(s["client"])
+                dodge = (k - (len(clients) - 1) / 2) * 0.05  # clients that coincide stay visible side by side
+                xs = [p["pulse_x"] + dodge for p in s["points"]]
+                ax.plot(xs, [p["hold_pct"] for p in s["points"]], color=COLOURS[k], linestyle=LINES[k % len(LINES)],
+                        linewidth=1.2, label=s["client"] if condition == conditions[0] else None)
+                for x, p in zip(xs, s["points"], strict=True):  # filled: every run recovered; open: some; x: none
+                    whole, none = p["recovered"] == 1, p["recovered"] == 0
+                    ax.scatter([x], [p["hold_pct"]], s=24, marker="x" if none else "o",
+                               color=COLOURS[k], facecolors=COLOURS[k] if whole or none else "white", zorder=3)
+            ax.set(title=condition, xlabel="Pulse (× C-hat)", ylim=(-3, 103))
+            ax.set_xticks(sorted({p["pulse_x"] for s in series for p in s["points"]}))
+        axes[0].set_ylabel("Hold delivered (%)\nmean over runs")
+        fig.legend(loc="outside lower center", ncols=len(clients), frameon=False)
+        alt = "Lines per condition and client: " + "; ".join(
+            f"{s['condition']}, {s['client']}: " + ", ".join(
+                f"{p['pulse_x']:g} C-hat {p['hold_pct']:.1f}% ({p['recovered'] * 100:.0f}% of runs recovered)"
+                for p in s["points"]) for s in series) + "."
+        return _svg(fig, title, alt)
+
+
 FIGURES: dict[str, Callable[[dict[str, Any]], str]] = {
-    "fig1": figure1, "fig3": figure3, "fig4": figure4, "fig5": figure5, "fig6": figure6,
+    "fig1": figure1, "fig3": figure3, "fig4": figure4, "fig5": figure5, "fig6": figure6, "sdk": figure_sdk,
 }
