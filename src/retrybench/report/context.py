@@ -413,9 +413,9 @@ def _fig_sdk(rs: RunSet) -> dict[str, Any]:
         for pulse_x in block.pulses_x:
             runs = [r for model in block.models
                     for r in _runs_of(rs, "sdk-clients", model, condition, pulse_x=pulse_x, client=client)]
-            if runs:
-                points.append({"pulse_x": pulse_x, "runs": len(runs),
-                               "hold_pct": sum(r["hold_delivered_pct"] for r in runs) / len(runs),
+            holds = [h for r in runs if (h := r["hold_delivered_pct"]) is not None]  # None: a run with no hold
+            if holds:
+                points.append({"pulse_x": pulse_x, "runs": len(runs), "hold_pct": sum(holds) / len(holds),
                                "recovered": sum(1 for r in runs if r["recovered"]) / len(runs)})
         if points:
             series.append({"condition": condition, "client": client or "paper", "points": points})
