@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -34,6 +34,7 @@ from retrybench.runner import (
     calibration_at_steps,
     calibration_for,
     live_workdir,
+    run_is_cached,
     run_many,
     run_many_live,
     run_one,
@@ -229,13 +230,18 @@ def _runs_option(value: str) -> int | None:
     return runs
 
 
-def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: EngineChoice) -> list[Result]:
+def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: EngineChoice,
+              finished: set[RunSpec]) -> list[Result]:
     """Each distinct spec once (blocks share runs), in parallel on the simulator or one at a time live,
-    with a progress display counted in block runs: done of total, current block, elapsed, ETA."""
+    with a progress display counted in block runs: done of total, current block, elapsed, ETA. Adds each
+    spec whose run succeeded (and so is cached) to `finished`."""
     unique: dict[RunSpec, list[str]] = {}
     for name, spec in plan:
         unique.setdefault(spec, []).append(name)
     specs = list(unique)
+    if not engine.live:
+        cached = sum(run_is_cached(spec) for spec in specs)
+        console.print(f"{len(specs)} distinct runs: {cached} cached, {len(specs) - cached} to compute")
     with _progress() as progress:
         task = progress.add_task("starting", total=len(plan))
 
@@ -244,6 +250,8 @@ def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: EngineC
             progress.update(task, advance=len(blocks), description=f"block {blocks[0]}")
             if is_failed(result):
                 console.print(f"[red]run failed[/red] {', '.join(blocks)}: {spec}: {result['error']}")
+            else:
+                finished.add(spec)
 
         if not engine.live:
             return run_many(specs, jobs=jobs, progress=advance)
@@ -279,9 +287,8 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
               unseen_seeds: bool, as_json: bool, real_engine: Path | None, blocks_text: str) -> None:
     """Every block of Table 1 (the paper's 137 runs by default), then the HTML reproducibility report:
     per finding the paper's claim and figures, this run's, and a verdict. Resumable: results are cached
-    by spec and code version, so an interrupted reproduction picks up where it stopped."""
-    import time
-
+    by spec and code version, so an interrupted reproduction picks up where it stopped; Ctrl-C stops the
+    runs, says how many are cached and exits with status 130."""
     chosen = [m.strip() for m in models.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in PAPER_MODELS]
     if unknown:
@@ -295,9 +302,34 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
         raise click.UsageError(str(error)) from error
     if unseen_seeds and engine.live:
         raise click.UsageError("--unseen-seeds runs on the simulated engine only (550 more runs)")
+    unseen_plan = unseen_seeds_plan(chosen, gpu) if unseen_seeds else None
+    finished: set[RunSpec] = set()
+    try:
+        _reproduce(plan, unseen_plan, finished, engine=engine, jobs=jobs, runs=runs, out=out, as_json=as_json,
+                   real_engine=real_engine)
+    except KeyboardInterrupt:
+        _interrupted([*plan, *(unseen_plan or [])], finished, engine)
+
+
+def _interrupted(plan: list[tuple[str, RunSpec]], finished: set[RunSpec], engine: EngineChoice) -> NoReturn:
+    """Ctrl-C: the workers are stopped by now; say how many runs are cached and how to resume, exit 130.
+    On the simulator the cache itself is counted, which also holds the runs of earlier attempts."""
+    specs = {spec for _, spec in plan}
+    done = len(finished) if engine.live else sum(run_is_cached(spec) for spec in specs)
+    console.print(f"interrupted: {done} of {len(specs)} distinct runs finished and are cached; run the same "
+                  "command again to resume from there", soft_wrap=True)
+    sys.exit(130)
+
+
+def _reproduce(plan: list[tuple[str, RunSpec]], unseen_plan: list[tuple[str, RunSpec]] | None,
+               finished: set[RunSpec], *, engine: EngineChoice, jobs: int | None, runs: int | None, out: Path,
+               as_json: bool, real_engine: Path | None) -> None:
+    """reproduce's work once its options are checked: the runs, then the report."""
+    import time
+
     started = time.perf_counter()
-    results = _run_plan(plan, jobs, engine)
-    unseen = _run_plan(unseen_seeds_plan(chosen, gpu), jobs, engine) if unseen_seeds else None
+    results = _run_plan(plan, jobs, engine, finished)
+    unseen = _run_plan(unseen_plan, jobs, engine, finished) if unseen_plan is not None else None
     wall_s = time.perf_counter() - started
     command = " ".join(["retrybench", *sys.argv[1:]])
     try:

@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, replace
 from functools import partial
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, cast
 
 from retrybench.analysis import section5, summarize
 from retrybench.analysis.calibrate import Calibration
 from retrybench.analysis.delivery import delivered_per_window, waiting_total
-from retrybench.atomicfile import write_atomic
-from retrybench.cache import cache_dir, cached_json, code_version
+from retrybench.cache import cache_dir, cached_json, code_version, has_entry, write_entry
 from retrybench.config import WorkloadSpec
 from retrybench.engine.profiles import GPUS, profile_for
 from retrybench.engine_choice import EngineChoice
@@ -43,8 +46,8 @@ from retrybench.tracefile import write_trace
 from retrybench.workload import generate_trace
 
 __all__ = ["Serve", "calibrate_one_live", "calibration_at_steps", "calibration_for", "live_run_key", "live_workdir",
-           "run_many", "run_many_live", "run_one", "run_one_live", "run_safely", "run_summary", "run_traced", "series",
-           "simulate_spec"]
+           "run_is_cached", "run_many", "run_many_live", "run_one", "run_one_live", "run_safely", "run_summary",
+           "run_traced", "series", "simulate_spec"]
 
 SERIES_STEP_S = 10  # one waiting-queue sample kept per this many seconds (Figure 1(b))
 
@@ -113,13 +116,13 @@ def _calibrate_seed(model: str, gpu: str, mixed_prompts: bool, seed: int) -> Cal
 def _calibrate_in_pool(pool: Executor, builds: list[tuple[str, str, bool]]) -> None:
     """Calibrate the uncached builds, every (build, seed) a task of its own: the runs need C-hat first,
     and one build after another on one core was a sixth of a cold reproduction."""
-    missing = [b for b in builds if not _calibration_path(*b, 1.0).exists()]
+    missing = [b for b in builds if not has_entry(_calibration_path(*b, 1.0), report=True)]
     futures = {(b, seed): pool.submit(_calibrate_seed, *b, seed) for b in missing
                for seed in range(CALIBRATION_SEEDS)}
     for build in missing:
         runs = tuple(futures[build, seed].result() for seed in range(CALIBRATION_SEEDS))
         record = _calibration_record(average_calibrations(runs), *build, 1.0)
-        write_atomic(_calibration_path(*build, 1.0), json.dumps(record, sort_keys=True, indent=1))
+        write_entry(_calibration_path(*build, 1.0), record)
 
 
 def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str, Any]] | None = None) -> RunLog:
@@ -163,9 +166,18 @@ def run_summary(spec: RunSpec, chat: float, log: RunLog, started: float,
     return summary
 
 
+def _run_path(spec: RunSpec) -> Path:
+    return cache_dir() / "runs" / f"{spec.key()}.json"
+
+
+def run_is_cached(spec: RunSpec) -> bool:
+    """Whether the simulated run of `spec` is in the cache, whole and sound (run_one would not compute it)."""
+    return has_entry(_run_path(spec))
+
+
 def run_one(spec: RunSpec, use_cache: bool = True) -> RunSummary:
     """The summary of one run (the paper's Section 3.2 metrics), from the cache when present."""
-    path = cache_dir() / "runs" / f"{spec.key()}.json"
+    path = _run_path(spec)
 
     def compute() -> RunSummary:
         chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache, spec.token_scale)["chat"])
@@ -221,7 +233,8 @@ def run_many(specs: Iterable[RunSpec], jobs: int | None = None,
             if progress:
                 progress(spec, results[i])
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        pool = ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker)
+        try:
             _calibrate_in_pool(pool, builds)
             order = sorted(range(len(ordered)), key=lambda i: _expected_cost(ordered[i]))
             futures = {pool.submit(run_safely, run_one, ordered[i]): i for i in order}
@@ -230,7 +243,39 @@ def run_many(specs: Iterable[RunSpec], jobs: int | None = None,
                 results[i] = future.result()
                 if progress:
                     progress(ordered[i], results[i])
+        except BaseException:
+            _stop_workers(pool)
+            raise
+        pool.shutdown()
     return [results[i] for i in range(len(ordered))]
+
+
+def _start_worker() -> None:
+    """A worker's start. Ctrl-C reaches the whole process group, and the parent alone decides what it
+    means (it stops the workers), so a worker ignores it rather than die with a traceback of its own.
+    A parent killed outright (kill -9) cannot stop its workers: each ends itself with its parent, instead
+    of going on with the runs queued for it and then waiting forever."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: BaseProcess) -> None:
+    """Wait for the parent to end (however it ends, even before this worker started), then end too."""
+    parent.join()
+    os._exit(1)  # a run cut short leaves no entry: entries are written whole
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Drop the runs not started and end the workers now, without waiting for the runs in flight:
+    what they had finished is cached, and a run cut short leaves no entry (entries are written whole)."""
+    workers = list((pool._processes or {}).values())  # no public way to end them in Python 3.11
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join()
 
 
 def with_seed(spec: RunSpec, seed: int) -> RunSpec:
