@@ -406,8 +406,18 @@ def _print_verdicts(context: dict[str, Any]) -> None:
                    "late (overrides the policy's retain_s; 0 keeps nothing).")
 @click.option("--retain-max-bytes", type=click.IntRange(min=0), default=None,
               help="The most bytes all retained responses may hold (the oldest go first).")
+@click.option("--upstream-connect-timeout", "connect_timeout_s", type=click.FloatRange(min=0), default=10.0,
+              show_default=True, help="Seconds to open a connection to the engine, else 504 (0: no limit).")
+@click.option("--upstream-idle-timeout", "idle_timeout_s", type=click.FloatRange(min=0), default=1800.0,
+              show_default=True,
+              help="Seconds an execution may go without progress from the engine (a response head, a whole "
+                   "chunk) before it fails with 504, or an SSE error event mid-stream (0: no limit). Scaled by "
+                   "--time-scale. Long on purpose: under overload an engine legitimately sends nothing for "
+                   "minutes while a request waits in its queue (vLLM sends a stream's head, then nothing until "
+                   "the first token), and a live paper run lasts 947 s.")
 def proxy(upstream: str, policy_name: str, host: str, port: int, max_body_bytes: int, log_path: Path | None,
-          time_scale: float, retain_s: float | None, retain_max_bytes: int | None) -> None:
+          time_scale: float, retain_s: float | None, retain_max_bytes: int | None, connect_timeout_s: float,
+          idle_timeout_s: float) -> None:
     """Serve the overload-control proxy in front of an OpenAI-compatible engine."""
     from dataclasses import replace
 
@@ -423,7 +433,8 @@ def proxy(upstream: str, policy_name: str, host: str, port: int, max_body_bytes:
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     settings = ProxySettings(upstream=upstream, policy=policy, max_body_bytes=max_body_bytes, log_path=log_path,
-                             time_scale=time_scale)
+                             time_scale=time_scale, upstream_connect_timeout_s=connect_timeout_s or None,
+                             upstream_idle_timeout_s=idle_timeout_s or None)
     serve_forever(settings, host, port)
 
 

@@ -74,3 +74,30 @@ def test_a_read_holding_more_or_less_than_one_chunk_is_followed_exactly() -> Non
     half = frame_chunk(b"hello")
     assert scanner.feed(half[:4]) == 4 and scanner.feed(half[4:]) == len(half) - 4 and not scanner.done
     assert scanner.feed(b"0\r\n\r\n") == 5 and scanner.done
+
+
+@pytest.mark.parametrize(("fed", "closing"), [
+    (b"", b""),  # nothing yet: between chunks
+    (b"5\r\nhello\r\n", b""),  # a whole chunk
+    (b"5\r\nhel", b"\n\n\r\n"),  # inside a chunk's data: the rest as newlines, then its CRLF
+    (b"5\r\nhello", b"\r\n"),  # its data whole, its CRLF missing
+    (b"5\r\nhello\r", b"\n"),
+    (b"5", b"\r\n\n\n\n\n\n\r\n"),  # a size line cut short: ended, then the chunk's data as newlines
+    (b"5\r", b"\n\n\n\n\n\n\r\n"),
+    (b"0\r\n", None),  # the last chunk began: no chunk can follow
+])
+def test_a_broken_off_body_is_ended_where_a_chunk_can_follow(fed: bytes, closing: bytes | None) -> None:
+    scanner = ChunkedScanner()
+    scanner.feed(fed)
+    assert scanner.closing_bytes(max_fill=1 << 20) == closing
+    assert scanner.at_boundary() is (closing == b"")
+    if closing is not None:  # what it gives, then a chunk of its own, frames as a whole body
+        whole = ChunkedScanner()
+        whole.feed(fed + closing + frame_chunk(b"x") + b"0\r\n\r\n")
+        assert whole.done
+
+
+def test_a_chunk_too_long_to_fill_is_not_ended() -> None:
+    scanner = ChunkedScanner()
+    scanner.feed(b"400\r\nab")
+    assert scanner.closing_bytes(max_fill=100) is None

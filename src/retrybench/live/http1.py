@@ -138,6 +138,33 @@ class ChunkedScanner:
                 return pos
         return pos
 
+    def at_boundary(self) -> bool:
+        """Whether the body fed so far ends between two chunks."""
+        return self._state == _SIZE and not self._line
+
+    def closing_bytes(self, max_fill: int) -> bytes | None:
+        """What ends the chunk a broken-off body stopped in, so that a chunk can follow: the rest of its
+        data as newlines (which also end any partial SSE event) and its CRLF; b"" between chunks; None
+        where no chunk can follow (the last chunk began, a size line is unreadable, or the rest of the
+        chunk is over `max_fill` bytes)."""
+        state = self._state
+        if state == _DATA:
+            return b"\n" * self._need + b"\r\n" if self._need <= max_fill else None
+        if state == _DATA_END:
+            return b"\r\n"[2 - self._need:]
+        if state != _SIZE:
+            return None
+        line = self._line
+        if not line:
+            return b""
+        try:
+            size = int(line.rstrip(b"\r"), 16)  # a partial size line, without an extension
+        except ValueError:
+            return None
+        if size == 0 or size > max_fill:
+            return None
+        return (b"\n" if line.endswith(b"\r") else b"\r\n") + b"\n" * size + b"\r\n"
+
 
 def _chunk_size(line: bytes) -> int:
     """The size on a chunk-size line (its CR included, maybe an extension after ';')."""

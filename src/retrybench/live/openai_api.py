@@ -22,7 +22,7 @@ __all__ = ["BadRequest", "ParsedRequest", "bool_field", "call_identity", "coales
 
 ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
                413: "RequestEntityTooLargeError", 429: "RateLimitError", 502: "BadGatewayError",
-               503: "ServiceUnavailableError"}
+               503: "ServiceUnavailableError", 504: "GatewayTimeoutError"}
 DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
 
 

@@ -14,11 +14,17 @@ With result retention on, a completed execution's relay (status, headers, the wh
 chunk-framed stream) outlives its exchange for `retain_s`: an attempt of the same key is answered
 from it, streamed or not as the original was (the key covers the request body, so both asked the
 same), and the core says when its bytes are freed.
+
+An upstream fault (the connection closed, reset or timed out, its framing broken) fails the
+execution: the core ends it, so no retry attaches to it and nothing of it is retained, and each of
+its subscribers gets an OpenAI-style error it can act on: a 502 (504 for a timeout) before any
+byte of the stream was sent, else an SSE error event and the stream's proper end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -62,7 +68,7 @@ from retrybench.live.openai_api import (
 )
 from retrybench.live.proxy_metrics import ProxyMetrics
 from retrybench.live.serving import new_app, serve_until_signalled, start_app
-from retrybench.live.upstream import MAX_CLIENT_BUFFER, UpstreamPool
+from retrybench.live.upstream import MAX_CLIENT_BUFFER, TimedOut, UpstreamPool
 
 __all__ = ["ProxyServer", "ProxySettings"]
 
@@ -84,6 +90,13 @@ class ProxySettings:
     remembered_calls: int = 1_000_000  # call ids kept to tell retries from first attempts
     time_scale: float = 1.0  # wall seconds per policy second (scaled live runs; 1 in deployment)
     keep_log: bool = False  # also keep the decision log in memory (tests, conformance checks)
+    # Opening an upstream connection (wall seconds; None: no limit).
+    upstream_connect_timeout_s: float | None = 10.0
+    # An exchange with no progress from the engine this long fails (the proxy's seconds, so scaled by
+    # time_scale like the engine's own clock; None: no limit). Far above any wait in an engine's queue
+    # that the live reproductions run into: vLLM sends a stream's head, then nothing until its first
+    # token, and nothing at all for a whole response until it is complete.
+    upstream_idle_timeout_s: float | None = 1800.0
 
 
 @dataclass(eq=False, slots=True)
@@ -117,6 +130,7 @@ class Relay:
         self.ready = asyncio.Event()  # status known (streams), or the whole body in (others)
         self.done = False
         self.truncated = False  # the upstream stream broke before its end
+        self.error_tail: bytes | None = None  # what ends a broken stream for its subscribers (None: reset them)
         self.refused = False  # a 503 sent as an SSE error event inside HTTP 200
         self.pending = 0  # subscribers not yet receiving live bytes
         self.delivered_whole = False  # a client left after the stream's end marker, before its last chunk
@@ -197,23 +211,17 @@ class Relay:
     def on_end(self, error: str | None) -> None:
         if self.ended is None or self.ended.done():
             return
-        if self._streaming:
-            if error is not None:
-                self.truncated = True
-                self.server.engine_event(self, "refused")
-                outcome = "failed"
-            else:
-                if not self._framed:
-                    self._send(b"0\r\n\r\n")
-                kind = "refused" if self.refused else "completed"
-                kept = sum(map(len, self.chunks)) if kind == "completed" and self.keep_replay else None
-                self.server.engine_event(self, kind, kept)
-                outcome = kind
-        elif self.status == 0:
-            self.status, self.content_type = 502, JSON
-            self.chunks = [error_body(502, f"upstream failed: {error}")]
-            self.server.engine_event(self, "refused")
-            outcome = "failed"
+        if isinstance(error, TimedOut):
+            outcome = self._fail(504, f"upstream timed out: {error}")
+        elif error is not None:
+            outcome = self._fail(502, f"upstream failed: {error}")
+        elif self._streaming:
+            if not self._framed:
+                self._send(b"0\r\n\r\n")
+            kind = "refused" if self.refused else "completed"
+            kept = sum(map(len, self.chunks)) if kind == "completed" and self.keep_replay else None
+            self.server.engine_event(self, kind, kept)
+            outcome = kind
         else:
             body = b"".join(self.chunks)
             if self._chunked_upstream:
@@ -221,8 +229,40 @@ class Relay:
                 ChunkedScanner().feed(body, payload)
                 body = b"".join(payload)
             self.chunks = [body]
-            outcome = self.server.whole_response(self)
+            if self.status == 200 and not _is_json(body):
+                outcome = self._fail(502, "upstream failed: its response is not valid JSON")
+            else:
+                outcome = self.server.whole_response(self)
         self.ended.set_result(outcome)
+
+    def _fail(self, status: int, message: str) -> str:
+        """The upstream exchange broke: the core ends the execution (no retry attaches to it, nothing
+        of it is retained) and every subscriber gets the error: as the whole response, or as the
+        end of a stream already under way."""
+        if self._streaming:
+            self.truncated = True
+            self.error_tail = self._error_tail(status, message)
+            if self.error_tail is not None:
+                self._send(self.error_tail)
+        else:
+            self.status, self.content_type = status, JSON
+            self.chunks = [error_body(status, message)]
+        self.server.engine_event(self, "refused")
+        return "failed"
+
+    def _error_tail(self, status: int, message: str) -> bytes | None:
+        """The bytes that end a broken stream for its subscribers: the end of the chunk it stopped in,
+        an SSE error event (after blank lines that end any partial event, unless it stopped cleanly
+        between events), `data: [DONE]` as vLLM sends after its own error events, and the last chunk.
+        None where the framing cannot be ended (the subscribers are then reset)."""
+        connection = self.connection
+        fix = connection.tail_fix if self._framed and connection is not None else b""
+        if fix is None:
+            return None
+        last = connection.last_body if connection is not None else b""
+        clean = self._framed and fix == b"" and (not last or last.endswith(b"\n\n\r\n"))
+        event = b"data: " + error_body(status, message) + b"\n\n" + SSE_END
+        return fix + frame_chunk(event if clean else b"\n\n" + event) + b"0\r\n\r\n"
 
     def close_upstream(self) -> None:
         if self.connection is not None:
@@ -269,7 +309,10 @@ class ProxyServer:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True)
         self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
                                               auto_decompress=False, skip_auto_headers=("User-Agent",))
-        self._pool = UpstreamPool(self.upstream)
+        settings = self.settings
+        idle_s = settings.upstream_idle_timeout_s
+        self._pool = UpstreamPool(self.upstream, connect_timeout_s=settings.upstream_connect_timeout_s,
+                                  idle_timeout_s=None if idle_s is None else idle_s * settings.time_scale)
         self._runner, bound = await start_app(self.app(), host, port, reuse_address=True)
         self._scraper = asyncio.create_task(self._housekeeping())
         return bound
@@ -419,8 +462,8 @@ class ProxyServer:
                 relay.live.append(sub)
                 relay.rewire()
                 await sub.finished
-            if relay.truncated:
-                raise ConnectionResetError("the upstream stream broke")  # the client must not see an end
+            if relay.truncated and relay.error_tail is None:  # the client must not see an end
+                raise ConnectionResetError("the upstream stream broke where no error event can follow")
             await response.write_eof()
             finished = True
             return response
@@ -519,6 +562,8 @@ class ProxyServer:
             if request is not None:
                 try:
                     await self._pool.open(request, relay)
+                except TimeoutError:
+                    relay.on_end(TimedOut(f"no connection within {self._pool.connect_timeout_s:g} s"))
                 except OSError as error:
                     relay.on_end(f"upstream unreachable: {error}")
                 except Exception as error:  # a bug must fail the execution, never hang its subscribers
@@ -592,6 +637,15 @@ class ProxyServer:
             if self.log.active:
                 self._log({"ev": "expire", "t": now, "actions": actions_of(actions)})
             self._apply(actions)
+
+
+def _is_json(body: bytes) -> bool:
+    """Whether a whole response is JSON (once per response, never per streamed chunk)."""
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True
 
 
 def _forward_headers(request: web.Request) -> dict[str, str]:

@@ -5,6 +5,14 @@ arrive, still chunk-framed, so the proxy can forward them to its clients unchang
 client alone wants a stream's bytes, the relay hands its transport to the connection (`direct`), and
 a chunk costs one read, one framing scan and one write, without the relay's callback. Closing an
 exchange's connection is how a cancellation reaches the engine (vLLM aborts on a closed stream).
+
+Two timeouts end an exchange with an error its sink can tell from the others (`TimedOut`): the
+connect timeout bounds opening a connection; the idle timeout bounds how long an exchange may go
+without progress (a whole response head, a whole chunk, any bytes of a length-delimited body). The
+idle check costs nothing per chunk: one sweep over the busy connections every quarter of the
+timeout compares each one's count of reads with what the previous sweep saw, so a stall is noticed
+between one and one and a half timeouts after it began. A partial chunk is no progress: an engine
+that drips bytes is as stuck as a silent one.
 """
 
 from __future__ import annotations
@@ -16,11 +24,16 @@ from urllib.parse import urlsplit
 
 from retrybench.live.http1 import ChunkedScanner, FramingError, ResponseHead, parse_response_head
 
-__all__ = ["MAX_CLIENT_BUFFER", "Sink", "UpstreamPool"]
+__all__ = ["MAX_CLIENT_BUFFER", "Sink", "TimedOut", "UpstreamPool"]
 
 MAX_HEAD_BYTES = 64 << 10
 MAX_CLIENT_BUFFER = 4 << 20  # bytes queued for one client before it counts as gone
 IDLE_REUSE_S = 2.0  # reuse an idle connection only this long (uvicorn closes idle ones after 5 s)
+MAX_FILLER = 1 << 20  # the most bytes sent to end a chunk the upstream broke off (else the client is reset)
+
+
+class TimedOut(str):
+    """The error an exchange ends with when a timeout ended it (a gateway timeout, not a failure)."""
 
 
 class Sink(Protocol):
@@ -48,11 +61,18 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self.reused = False
+        self.progress = 0  # heads and length-delimited body reads seen (chunked bodies: see quiet_for)
+        self.reads = 0  # reads of a streamed chunked body
+        self._seen = (0, 0)
+        self._quiet_since = 0.0
         self._request = b""
         self._reset()
 
     def _reset(self) -> None:
         self.last_body = b""  # the streamed body's latest read: does what the client got end the stream?
+        # What ends the chunk the forwarded body stopped in, once the exchange failed: b"" at a chunk
+        # boundary, None where that is not known.
+        self.tail_fix: bytes | None = b""
         self._head: ResponseHead | None = None
         self._buffer = b""
         self._scanner: ChunkedScanner | None = None
@@ -75,6 +95,7 @@ class _Connection(asyncio.Protocol):
                 used = scanner.feed(data)
                 body = data if used == len(data) else data[:used]
                 self.last_body = body
+                self.reads += 1
                 client = self.direct
                 if client is not None and not client.is_closing():
                     client.write(body)
@@ -91,7 +112,7 @@ class _Connection(asyncio.Protocol):
                     return
             self._read_body(data, sink)
         except FramingError as error:
-            self._end(f"bad upstream framing: {error}")
+            self._end(f"bad upstream framing: {error}", framing_broken=True)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -114,7 +135,30 @@ class _Connection(asyncio.Protocol):
         self._reset()
         self._request = request
         self.sink, self.direct = sink, None
+        self.watch(time.monotonic())
         self.transport.write(request)
+
+    # -- the idle timeout ------------------------------------------------------------------------
+
+    def watch(self, now: float) -> None:
+        """Start the exchange's idle clock at `now`."""
+        self._seen = (self.progress, self.reads)
+        self._quiet_since = now
+
+    def quiet_for(self, now: float) -> float:
+        """Seconds since the exchange last made progress, as the sweeps saw it. A streamed body made
+        progress when it was read since the last sweep and what it read ends on a chunk boundary."""
+        progress, reads = self.progress, self.reads
+        seen_progress, seen_reads = self._seen
+        scanner = self._scanner
+        if progress != seen_progress or (reads != seen_reads and (scanner is None or scanner.at_boundary())):
+            self._seen = (progress, reads)
+            self._quiet_since = now
+        return now - self._quiet_since
+
+    def time_out(self, idle_s: float) -> None:
+        """End the exchange: nothing came for `idle_s` seconds (the engine sees the client leave)."""
+        self._end(TimedOut(f"no progress from the upstream for {idle_s:g} s"))
 
     def close(self) -> None:
         """End the exchange by closing the connection (the engine sees the client leave)."""
@@ -133,6 +177,7 @@ class _Connection(asyncio.Protocol):
         head = parse_response_head(buffer[:end])
         self._buffer = b""
         self._head = head
+        self.progress += 1
         if head.chunked:
             self._scanner = ChunkedScanner()
         else:
@@ -154,10 +199,12 @@ class _Connection(asyncio.Protocol):
                 sink.on_first_payload(first)
             body = data if used == len(data) else data[:used]
             self.last_body = body
+            self.reads += 1
             sink.on_body(body)
             if scanner.done:
                 self._end(None)
             return
+        self.progress += 1
         if self._remaining is not None:
             data = data[:self._remaining]
             self._remaining -= len(data)
@@ -168,21 +215,38 @@ class _Connection(asyncio.Protocol):
         if self._remaining == 0:
             self._end(None)
 
-    def _end(self, error: str | None) -> None:
+    def _end(self, error: str | None, framing_broken: bool = False) -> None:
         sink, self.sink, self.direct = self.sink, None, None
         head = self._head
         if error is None and head is not None and head.keep_alive and not self.closed:
             self.pool.release(self)
         elif not self.closed:
             self.close()
+        if error is not None and self._scanner is not None:
+            self.tail_fix = _rescan_tail(self.last_body) if framing_broken else self._scanner.closing_bytes(MAX_FILLER)
         if sink is not None:
             sink.on_end(error)
+
+
+def _rescan_tail(last_body: bytes) -> bytes | None:
+    """Where the forwarded body ended when a read broke the framing (that read was not forwarded, and
+    the scanner's state is past it): the last forwarded read, scanned from a chunk boundary, must end
+    on one; anything else is not known."""
+    scanner = ChunkedScanner()
+    try:
+        scanner.feed(last_body)
+    except FramingError:
+        return None
+    return b"" if scanner.at_boundary() and not scanner.done else None
 
 
 class UpstreamPool:
     """Keep-alive HTTP/1.1 connections to one upstream, opened as needed, no upper bound."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, *, connect_timeout_s: float | None = None,
+                 idle_timeout_s: float | None = None) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.idle_timeout_s = idle_timeout_s
         parts = urlsplit(base_url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"the upstream must be an http:// URL, got {base_url!r}")
@@ -192,6 +256,12 @@ class UpstreamPool:
         self._idle: list[_Connection] = []
         self._busy: set[_Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.sweeper: asyncio.TimerHandle | None = None  # the idle check, armed while an exchange is busy
+
+    @property
+    def busy(self) -> int:
+        """Connections with an exchange in progress."""
+        return len(self._busy)
 
     def request_bytes(self, method: str, path: str, headers: dict[str, str], body: bytes) -> bytes:
         lines = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host}:{self.port}",
@@ -216,7 +286,8 @@ class UpstreamPool:
         if self.send_now(request, sink):
             return
         loop = asyncio.get_running_loop()
-        _, connection = await loop.create_connection(lambda: _Connection(self), self.host, self.port)
+        connecting = loop.create_connection(lambda: _Connection(self), self.host, self.port)
+        _, connection = await asyncio.wait_for(connecting, self.connect_timeout_s)
         connection.reused = False
         self._start(connection, request, sink)
 
@@ -224,16 +295,41 @@ class UpstreamPool:
         self._busy.add(connection)
         sink.on_connection(connection)
         connection.start(request, sink)
+        if self.sweeper is None and self.idle_timeout_s is not None:
+            self._arm_sweeper()
+
+    def _arm_sweeper(self) -> None:
+        assert self.idle_timeout_s is not None
+        self.sweeper = asyncio.get_running_loop().call_later(self.idle_timeout_s / 4, self._sweep)
+
+    def _sweep(self) -> None:
+        """End every exchange that made no progress for the idle timeout; re-arm while any is busy."""
+        self.sweeper = None
+        idle_s = self.idle_timeout_s
+        assert idle_s is not None
+        now = time.monotonic()
+        for connection in [c for c in self._busy if c.sink is not None and c.quiet_for(now) >= idle_s]:
+            connection.time_out(idle_s)
+        if self._busy:
+            self._arm_sweeper()
 
     def release(self, connection: _Connection) -> None:
         self._busy.discard(connection)
         connection.idle_since = time.monotonic()
         self._idle.append(connection)
+        self._unarm_when_idle()
 
     def discard(self, connection: _Connection) -> None:
         self._busy.discard(connection)
         if connection in self._idle:
             self._idle.remove(connection)
+        self._unarm_when_idle()
+
+    def _unarm_when_idle(self) -> None:
+        """No exchange left to watch: the idle check waits for the next one (no timer outlives them)."""
+        if not self._busy and self.sweeper is not None:
+            self.sweeper.cancel()
+            self.sweeper = None
 
     def resend(self, request: bytes, sink: Sink) -> None:
         """Retry an exchange whose reused connection turned out closed, on a fresh connection."""
@@ -244,6 +340,8 @@ class UpstreamPool:
                     stale.close()
                 self._idle.clear()
                 await self.open(request, sink)
+            except TimeoutError:
+                sink.on_end(TimedOut(f"no connection to the upstream within {self.connect_timeout_s:g} s"))
             except OSError as error:
                 sink.on_end(f"upstream unreachable: {error}")
 
@@ -252,6 +350,9 @@ class UpstreamPool:
         task.add_done_callback(self._tasks.discard)
 
     def close(self) -> None:
+        if self.sweeper is not None:
+            self.sweeper.cancel()
+            self.sweeper = None
         for connection in [*self._idle, *self._busy]:
             connection.close()
         self._idle.clear()
