@@ -415,9 +415,17 @@ def _print_verdicts(context: dict[str, Any]) -> None:
                    "--time-scale. Long on purpose: under overload an engine legitimately sends nothing for "
                    "minutes while a request waits in its queue (vLLM sends a stream's head, then nothing until "
                    "the first token), and a live paper run lasts 947 s.")
+@click.option("--max-executions", type=click.IntRange(min=1), default=50_000, show_default=True,
+              help="Executions the proxy holds at once (queued or streaming); past it an attempt gets a 503 "
+                   "naming the limit.")
+@click.option("--max-subscribers", type=click.IntRange(min=1), default=1_000, show_default=True,
+              help="Attempts attached to one execution; past it a retry gets a 503 naming the limit.")
+@click.option("--max-replay-bytes", type=click.IntRange(min=0), default=64 << 20, show_default=True,
+              help="An execution's output kept for retries to attach; past it no retry attaches (503) and "
+                   "nothing of it is retained.")
 def proxy(upstream: str, policy_name: str, host: str, port: int, max_body_bytes: int, log_path: Path | None,
           time_scale: float, retain_s: float | None, retain_max_bytes: int | None, connect_timeout_s: float,
-          idle_timeout_s: float) -> None:
+          idle_timeout_s: float, max_executions: int, max_subscribers: int, max_replay_bytes: int) -> None:
     """Serve the overload-control proxy in front of an OpenAI-compatible engine."""
     from dataclasses import replace
 
@@ -434,7 +442,8 @@ def proxy(upstream: str, policy_name: str, host: str, port: int, max_body_bytes:
         raise click.UsageError(str(error)) from error
     settings = ProxySettings(upstream=upstream, policy=policy, max_body_bytes=max_body_bytes, log_path=log_path,
                              time_scale=time_scale, upstream_connect_timeout_s=connect_timeout_s or None,
-                             upstream_idle_timeout_s=idle_timeout_s or None)
+                             upstream_idle_timeout_s=idle_timeout_s or None, max_executions=max_executions,
+                             max_subscribers=max_subscribers, max_replay_bytes=max_replay_bytes)
     serve_forever(settings, host, port)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from retrybench.live.aio import metric_sums
 from retrybench.live.assemble import Scrape, assemble_run_log, resample
+from retrybench.live.openai_api import call_digest
 
 
 def scrape(at: float, waiting: int) -> Scrape:
@@ -26,7 +27,7 @@ def test_metric_sums_add_label_sets() -> None:
 def test_proxy_decisions_become_executions_on_the_trace_clock() -> None:
     # The proxy started 0.5 wall s after the load generator's t0, at time scale 0.1: +5 trace s.
     events = [
-        {"ev": "attempt", "t": 1.0, "call": 0, "attempt": 0, "call_id": "c-1", "client_attempt": "0",
+        {"ev": "attempt", "t": 1.0, "call": 0, "attempt": 0, "call_id": call_digest("c-1"), "client_attempt": "0",
          "prompt_tokens": 50, "decision": "create", "execution": 0, "dispatch": True},
         {"ev": "engine", "t": 2.0, "execution": 0, "kind": "first_token", "actions": []},
         {"ev": "left", "t": 3.0, "call": 0, "attempt": 0, "actions": [["cancel", 0]]},

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from retrybench import runlog
+from retrybench.live.openai_api import call_digest
 from retrybench.runlog import ExecutionRecord, QueueSamples, RunLog
 
 __all__ = ["Scrape", "assemble_run_log", "resample"]
@@ -134,7 +135,7 @@ def assemble_run_log(*, load_meta: dict[str, Any], calls: list[runlog.CallRecord
     scale = float(load_meta["time_scale"])
     t0 = float(load_meta["t0_unix"])
     offset_s = (float(proxy_header["t0_unix"]) - t0) / scale
-    index = {call_id: i for i, call_id in enumerate(call_ids)}
+    index = {call_digest(call_id): i for i, call_id in enumerate(call_ids)}  # the proxy logs digests
     executions = _executions(proxy_events, offset_s, index)
     counters: dict[str, int] = {}
     if scrapes:

@@ -17,8 +17,9 @@ from typing import Any, TypeGuard
 
 from aiohttp import web
 
-__all__ = ["BadRequest", "ParsedRequest", "bool_field", "call_identity", "coalescing_key", "error_body",
-           "error_response", "is_positive_int", "is_token_ids", "json_object", "parse_request"]
+__all__ = ["MAX_CALL_ID_CHARS", "BadRequest", "ParsedRequest", "bool_field", "call_digest", "call_identity",
+           "coalescing_key", "error_body", "error_response", "is_positive_int", "is_token_ids", "json_object",
+           "parse_request"]
 
 ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
                413: "RequestEntityTooLargeError", 429: "RateLimitError", 502: "BadGatewayError",
@@ -131,13 +132,27 @@ def parse_request(body: bytes, chat: bool) -> ParsedRequest:
     return ParsedRequest(prompt_tokens, max_tokens, bool_field(data, "stream"))
 
 
+MAX_CALL_ID_CHARS = 255  # an Idempotency-Key's longest (as common APIs allow)
+
+
+def call_digest(call_id: str) -> str:
+    """A call id as the proxy keeps, compares and logs it: a digest, never the caller's key in clear
+    (a key may carry what its caller would not have logged)."""
+    return hashlib.sha256(call_id.encode()).hexdigest()[:32]
+
+
 def call_identity(headers: Mapping[str, str]) -> tuple[str, str | None]:
-    """(tenant, call id): the tenant is a digest of the Authorization header (never kept in clear),
-    the call id the caller's Idempotency-Key (or X-Call-Id); None when the caller sent neither."""
+    """(tenant, call id): the tenant is a digest of the Authorization header, the call id one of the
+    caller's Idempotency-Key (or X-Call-Id), neither kept in clear; None when the caller sent no key.
+    Raises BadRequest for a key over MAX_CALL_ID_CHARS."""
     auth = headers.get("Authorization", "")
     tenant = hashlib.sha256(auth.encode()).hexdigest()[:16] if auth else "-"
-    call_id = headers.get("Idempotency-Key") or headers.get("X-Call-Id") or None
-    return tenant, call_id
+    name = "Idempotency-Key" if headers.get("Idempotency-Key") else "X-Call-Id"
+    call_id = headers.get(name) or None
+    if call_id is not None and len(call_id) > MAX_CALL_ID_CHARS:
+        raise BadRequest(f"the {name} header is {len(call_id)} characters, over the limit of {MAX_CALL_ID_CHARS}",
+                         name)
+    return tenant, None if call_id is None else call_digest(call_id)
 
 
 def coalescing_key(tenant: str, call_id: str, path: str, body: bytes) -> str:

@@ -58,6 +58,8 @@ class ProxyMetrics:
         self._decision = {name: self.decisions.labels(name) for name in ("created", "attached", "served_retained",
                                                                          "refused_429", "refused_503")}
         self._fate = {fate: self.executions.labels(fate) for fate in FATES}
+        self.limits = Counter("retrybench_proxy_limit_refusals", "Attempts refused with 503 at one of the proxy's "
+                              "bounds (max_executions, max_subscribers, max_replay_bytes)", ["limit"], registry=r)
         self.time_to_first_token = Histogram(
             "retrybench_proxy_time_to_first_token_seconds",
             "Streamed attempts answered 200: wall seconds from the request read to its first payload written "
@@ -100,6 +102,9 @@ class ProxyMetrics:
         else:
             name = f"refused_{decision.status}"
         self._decision[name].inc()
+
+    def limit_refused(self, limit: str) -> None:
+        self.limits.labels(limit).inc()
 
     def fate(self, name: str) -> None:
         self._fate[name].inc()

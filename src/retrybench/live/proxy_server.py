@@ -97,6 +97,10 @@ class ProxySettings:
     # that the live reproductions run into: vLLM sends a stream's head, then nothing until its first
     # token, and nothing at all for a whole response until it is complete.
     upstream_idle_timeout_s: float | None = 1800.0
+    # Bounds on what clients can make the proxy hold; past each, an attempt gets a 503 naming it.
+    max_executions: int = 50_000  # queued or streaming at once (the paper's overloads hold a few thousand)
+    max_subscribers: int = 1_000  # attempts on one execution (a call's retries attach to it)
+    max_replay_bytes: int = 64 << 20  # an execution's output kept for retries to attach (a 300k-token stream)
 
 
 @dataclass(eq=False, slots=True)
@@ -134,6 +138,8 @@ class Relay:
         self.refused = False  # a 503 sent as an SSE error event inside HTTP 200
         self.pending = 0  # subscribers not yet receiving live bytes
         self.delivered_whole = False  # a client left after the stream's end marker, before its last chunk
+        self.replay_bytes = 0
+        self.replay_dropped = False  # its output outgrew max_replay_bytes: no retry can attach any more
         self.first_token = False  # a streamed 200 whose first payload (not an error event) arrived
         self.live: list[_Subscriber] = []
         self.subscribers = 0
@@ -199,6 +205,9 @@ class Relay:
     def _send(self, data: bytes) -> None:
         if self.keep_replay or self.pending:
             self.chunks.append(data)
+            self.replay_bytes += len(data)
+            if self.replay_bytes > self.server.settings.max_replay_bytes and self.keep_replay:
+                self._drop_replay()
         for sub in self.live:
             transport = sub.transport
             assert transport is not None
@@ -207,6 +216,15 @@ class Relay:
             transport.write(data)
             if transport.get_write_buffer_size() > MAX_CLIENT_BUFFER:
                 transport.close()  # a client that stopped reading must not hold the proxy's memory
+
+    def _drop_replay(self) -> None:
+        """Stop keeping the output for retries: it outgrew max_replay_bytes. Subscribers still catching
+        up keep what they need; nothing of it is retained."""
+        self.keep_replay = False
+        self.replay_dropped = True
+        if not self.pending:
+            self.chunks = []
+        self.rewire()
 
     def on_end(self, error: str | None) -> None:
         if self.ended is None or self.ended.done():
@@ -380,9 +398,11 @@ class ProxyServer:
             return error_response(413, f"the body is over the limit of {self.settings.max_body_bytes} bytes")
         try:
             parsed = parse_request(body, chat)
+            tenant, given_id = call_identity(request.headers)
         except BadRequest as error:
             return error_response(400, str(error), error.param)
-        tenant, given_id = call_identity(request.headers)
+        if len(self.relays) >= self.settings.max_executions:
+            return self._over_limit("max_executions", f"the proxy holds {len(self.relays)} executions, its limit")
         call_index, attempt_no, call_id = self._attempt_number(tenant, given_id)
         key = coalescing_key(tenant, call_id, request.path, body)
         now = self.now()
@@ -413,6 +433,10 @@ class ProxyServer:
         else:
             assert isinstance(decision, Attach)
             relay = self.relays[decision.execution_id]
+            refused = self._attach_refused(relay)
+            if refused is not None:
+                self._left((call_index, attempt_no))  # the core attached it: it leaves at once
+                return self._over_limit(*refused)
             if relay.subscribers == 1:  # its first retry attached
                 self.metrics.fate("attached")
         return await self._serve(request, relay, _Subscriber((call_index, attempt_no), arrived),
@@ -478,6 +502,21 @@ class ProxyServer:
                 relay.delivered_whole = True  # it left with everything: not a subscriber that gave up
             elif not finished:
                 self._left(sub.key)
+
+    def _attach_refused(self, relay: Relay) -> tuple[str, str] | None:
+        """(limit, why) when a retry may not attach to `relay`: too many subscribers, or its output
+        outgrew the replay limit (it cannot be replayed from the start)."""
+        if relay.subscribers >= self.settings.max_subscribers:
+            return "max_subscribers", f"execution {relay.execution_id} has {relay.subscribers} subscribers, its limit"
+        if relay.replay_dropped:
+            return "max_replay_bytes", (f"execution {relay.execution_id}'s output is over "
+                                        f"{self.settings.max_replay_bytes} bytes and cannot be replayed to a retry")
+        return None
+
+    def _over_limit(self, limit: str, why: str) -> web.Response:
+        """A 503 that names the limit the attempt ran into (a client may retry later)."""
+        self.metrics.limit_refused(limit)
+        return error_response(503, f"{why} ({limit}); retry later", limit, headers={"Retry-After": "1"})
 
     def first_token_sent(self, sub: _Subscriber) -> None:
         """Count the subscriber's time to first token once: from its request read to its stream's first
