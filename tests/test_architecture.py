@@ -42,6 +42,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "runner": ("retrybench.runner",),
     "live": ("retrybench.live",),
     "report": ("retrybench.report",),
+    "sweep": ("retrybench.sweep",),
     "doctor": ("retrybench.doctor",),
     "cli": ("retrybench.cli", "retrybench.__main__"),
 }
@@ -56,6 +57,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "runner": frozenset({"leaf", "core", "domain", "sim", "runner"}),
     "live": frozenset({"leaf", "core", "domain", "sim", "live"}),
     "report": frozenset({"leaf", "core", "domain", "claims", "report"}),
+    "sweep": frozenset({"leaf", "core", "domain", "runner", "report", "sweep"}),
     "doctor": frozenset(),  # only STDLIB_ONLY modules, below
     "cli": frozenset(LAYERS),
 }
@@ -81,6 +83,7 @@ EXTRAS: dict[str, frozenset[str]] = {
     "docker": frozenset({"live"}),
     "vllm": frozenset({"live"}),
     "scipy": frozenset(),
+    "ray": frozenset({"sweep"}),
 }
 
 # The test side: the package never imports it.

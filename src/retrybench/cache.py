@@ -24,9 +24,9 @@ from retrybench.atomicfile import write_atomic
 __all__ = ["ENTRY_FORMAT", "DamagedEntry", "cache_dir", "cached_json", "code_version", "has_entry", "read_entry",
            "write_entry"]
 
-# Modules that only read results (the report, the command line): a change there must not invalidate every
-# cached run.
-_NOT_RESULTS = ("report", "cli.py")
+# Modules that only read results or hand specs to the runner (the report, sweeps, the command line): a change
+# there must not invalidate every cached run.
+_NOT_RESULTS = ("report", "sweep", "cli.py")
 
 T = TypeVar("T")
 

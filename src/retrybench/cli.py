@@ -621,6 +621,51 @@ def doctor() -> None:
     Console().print(table)
 
 
+@main.command()
+@click.option("--condition", "conditions_text", required=True,
+              help="Comma-separated conditions (names in policies/ or TOML paths), each a panel of the page.")
+@click.option("--axis", "axis_texts", multiple=True, metavar="NAME=VALUES",
+              help="Repeatable: NAME=V1,V2,... or NAME=START:STOP:STEP (STOP included). NAME is a run-spec field "
+                   "(pulse_x, engine_cap, max_batched_tokens, token_scale, mixed_prompts, model, gpu, client) or a "
+                   "policy field over the condition's (proxy.defer_s, proxy.budget_ratio, client.attempt_timeout_s, "
+                   "... any [proxy] or [client] field of a policy file).")
+@click.option("--seeds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per point, on trace seeds 1..N (the seeds reproduce's runs use).")
+@click.option("--model", type=MODEL_CHOICE, default=PAPER_MODELS[0], show_default=True,
+              help="The model, unless an axis varies it.")
+@click.option("--gpu", type=GPU_CHOICE, default="h100", show_default=True, help="The GPU, unless an axis varies it.")
+@click.option("--find", "find", default=None, metavar="AXIS",
+              help="Bisect AXIS per cell (condition x other axes x seed) between its bounds, assuming the outcome "
+                   "is monotone along it, instead of running every value.")
+@click.option("--until", type=click.Choice(["not-recovered", "recovered"]), default="not-recovered",
+              show_default=True, help="The outcome whose onset a boundary marks.")
+@click.option("--resolution", default=None, help="--find's resolution along its axis (default: the axis' step).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Where sweep.json and index.html go.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: a process pool on this machine; ray: one Ray task per run (pip install 'retrybench[ray]').")
+@click.option("--address", default=None, help="--executor ray: a running cluster's address (default: a local Ray).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Parallel processes, or a local Ray's CPUs (default: cores).")
+@click.pass_context
+def sweep(ctx: click.Context, conditions_text: str, axis_texts: tuple[str, ...], seeds: int, model: str, gpu: str,
+          find: str | None, until: str, resolution: str | None, out: Path, executor: str, address: str | None,
+          jobs: int | None) -> None:
+    """Map run parameters (axes) x conditions x seeds on the simulated engine, through the result cache
+    (resumable, under either executor); write sweep.json and a page of phase diagrams (recovery and hold
+    delivered per cell) with the critical value of the first numeric axis, or of --find's, per cell."""
+    from retrybench.sweep.cli import SweepOptions, run_sweep
+
+    for name in ("model", "gpu"):
+        given = ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        if given and any(t.partition("=")[0].strip() == name for t in axis_texts):
+            raise click.UsageError(f"--{name} and --axis {name} both given: keep one")
+    options = SweepOptions(conditions=conditions_text, axes=axis_texts, seeds=seeds, model=model, gpu=gpu, find=find,
+                           until=until, resolution=resolution, out=out, executor=executor, address=address, jobs=jobs,
+                           command=" ".join(["retrybench", *sys.argv[1:]]))
+    run_sweep(options, _progress(), console)
+
+
 def _show(results: Sequence[Mapping[str, Any]], as_json: bool) -> None:
     """Print the results (JSON or a table); exit 1 if any run failed, after showing every run."""
     if as_json:

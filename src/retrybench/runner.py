@@ -45,9 +45,9 @@ from retrybench.spec import RunSpec, condition_for, engine_config_for
 from retrybench.tracefile import write_trace
 from retrybench.workload import generate_trace
 
-__all__ = ["Serve", "calibrate_one_live", "calibration_at_steps", "calibration_for", "live_run_key", "live_workdir",
-           "run_is_cached", "run_many", "run_many_live", "run_one", "run_one_live", "run_safely", "run_summary",
-           "run_traced", "series", "simulate_spec"]
+__all__ = ["Serve", "calibrate_builds", "calibrate_one_live", "calibration_at_steps", "calibration_for",
+           "live_run_key", "live_workdir", "run_is_cached", "run_many", "run_many_live", "run_one", "run_one_live",
+           "run_safely", "run_summary", "run_traced", "series", "simulate_spec", "store_run", "summarize_spec"]
 
 SERIES_STEP_S = 10  # one waiting-queue sample kept per this many seconds (Figure 1(b))
 
@@ -181,12 +181,28 @@ def run_one(spec: RunSpec, use_cache: bool = True) -> RunSummary:
 
     def compute() -> RunSummary:
         chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache, spec.token_scale)["chat"])
-        started = time.perf_counter()
-        events: list[dict[str, Any]] | None = [] if spec.trace else None
-        log = simulate_spec(spec, chat, trace=events)
-        return run_summary(spec, chat, log, started, events)
+        return summarize_spec(spec, chat)
 
     return cached_json(path, compute, use_cache)
+
+
+def summarize_spec(spec: RunSpec, chat: float) -> RunSummary:
+    """run_one's summary computed afresh at C-hat = `chat`, touching no cache: what a worker that shares
+    no disk with the caller (a Ray cluster's) computes, for the caller to store with store_run."""
+    started = time.perf_counter()
+    events: list[dict[str, Any]] | None = [] if spec.trace else None
+    log = simulate_spec(spec, chat, trace=events)
+    return run_summary(spec, chat, log, started, events)
+
+
+def store_run(spec: RunSpec, summary: RunSummary) -> None:
+    """Write a summary computed elsewhere where run_one and run_is_cached look for it."""
+    write_entry(_run_path(spec), summary)
+
+
+def calibrate_builds(pool: Executor, builds: Iterable[tuple[str, str, bool]]) -> None:
+    """Calibrate the uncached (model, gpu, mixed_prompts) builds on `pool`, one task per calibration seed."""
+    _calibrate_in_pool(pool, sorted(set(builds)))
 
 
 def run_traced(spec: RunSpec, trace_path: Path) -> dict[str, Any]:
@@ -310,6 +326,8 @@ def run_one_live(spec: RunSpec, engine: EngineChoice, *, chat: float | None = No
     by `serve`."""
     if not engine.live:
         raise ValueError("run_one_live needs a live engine; the simulator's runs are runner.run_one's")
+    if spec.overrides:
+        raise ValueError("policy overrides (a sweep's axes) run on the simulated engine only")
     if chat is None:
         chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache, spec.token_scale)["chat"])
     key = live_run_key(spec, engine, chat, time_scale)

@@ -6,15 +6,25 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from retrybench.cache import code_version
 from retrybench.client_profiles import load_client_profile
-from retrybench.config import Condition, EngineConfig, WorkloadSpec, load_condition
+from retrybench.config import (
+    ClientPolicy,
+    Condition,
+    ConfigError,
+    EngineConfig,
+    ProxyPolicy,
+    WorkloadSpec,
+    load_condition,
+)
 from retrybench.engine.profiles import GPUS
 
-__all__ = ["RunSpec", "condition_for", "engine_config_for"]
+__all__ = ["OverrideValue", "RunSpec", "condition_for", "engine_config_for"]
+
+OverrideValue = float | int | bool | str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,14 +42,20 @@ class RunSpec:
     trace: bool = False  # keep the engine trace and report where the prompt work went (Section 5)
     token_scale: float = 1.0  # every prompt and response length times this (a slower engine's workload)
     client: str | None = None  # a client profile (clients/) in place of the condition's client
+    # Policy fields set over the condition's, as sorted ("proxy.defer_s", 2.0) pairs (a sweep's axes).
+    overrides: tuple[tuple[str, OverrideValue], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields as a dict, without `client` when it is unset: a run with the condition's own client
-        keeps the record, the run log and the cache key it had before client profiles existed."""
-        fields = asdict(self)
+        """The fields as a dict, without `client` and `overrides` when unset: a run with the condition's
+        own policies keeps the record, the run log and the cache key it had before either existed."""
+        record = asdict(self)
         if self.client is None:
-            del fields["client"]
-        return fields
+            del record["client"]
+        if self.overrides:
+            record["overrides"] = dict(self.overrides)
+        else:
+            del record["overrides"]
+        return record
 
     def workload(self, chat: float) -> WorkloadSpec:
         """The run's trace parameters at C-hat = `chat` calls/s."""
@@ -53,12 +69,27 @@ class RunSpec:
 
 
 def condition_for(spec: RunSpec) -> Condition:
-    """The spec's condition, its client replaced by the spec's client profile when one is named; the proxy
-    policy and the engine cap stay the condition's."""
+    """The spec's condition, its client replaced by the spec's client profile when one is named, then
+    each override ("client.X" or "proxy.X") set; ConfigError names a field that is unknown or out of range."""
     condition = load_condition(spec.condition)
-    if spec.client is None:
-        return condition
-    return replace(condition, client=load_client_profile(spec.client))
+    if spec.client is not None:
+        condition = replace(condition, client=load_client_profile(spec.client))
+    for name, value in spec.overrides:
+        condition = _overridden(condition, name, value)
+    return condition
+
+
+def _overridden(condition: Condition, name: str, value: OverrideValue) -> Condition:
+    section, _, field_name = name.partition(".")
+    change: dict[str, Any] = {field_name: value}
+    try:
+        if section == "client" and field_name in {f.name for f in fields(ClientPolicy)}:
+            return replace(condition, client=replace(condition.client, **change))
+        if section == "proxy" and field_name in {f.name for f in fields(ProxyPolicy)}:
+            return replace(condition, proxy=replace(condition.proxy, **change))
+    except ConfigError as error:
+        raise ConfigError(f"{name}: {error}") from error
+    raise ConfigError(f"unknown override {name!r}: give client.FIELD or proxy.FIELD")
 
 
 def engine_config_for(spec: RunSpec, condition: Condition, chat: float) -> tuple[EngineConfig, int | None]:

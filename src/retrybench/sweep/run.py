@@ -1,0 +1,180 @@
+"""Running a plan: every point (a grid sweep), or a boundary search per cell (`--find`), into rows.
+
+A row is one run: the axis values, condition, seed and the run's headline metrics. A boundary is one
+cell's (condition x other axes x seed) critical value along the searched axis; a spread is the same
+over seeds. A grid sweep reports boundaries too, read off its grid along its first numeric axis.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any
+
+from retrybench.results import Result, RunSummary, is_failed
+from retrybench.spec import OverrideValue
+from retrybench.sweep.bisect import Bisection, Boundary, boundary_of
+from retrybench.sweep.executors import Progress, RunExecutor
+from retrybench.sweep.plan import Point, SweepPlan, check_specs
+
+__all__ = ["METRICS", "UNTIL", "SweepResult", "describe", "find_runs_bound", "run_find", "run_grid"]
+
+METRICS = ("recovered", "recovery_s", "hold_delivered_pct", "pulse_delivered_pct", "primary_timely_pct",
+           "created_x", "completed_x", "retry_share_pct", "calls_failed")
+
+# --until: the outcome whose onset a boundary marks, as a predicate on a run's summary.
+UNTIL: dict[str, Callable[[RunSummary], bool]] = {
+    "not-recovered": lambda result: not result["recovered"],
+    "recovered": lambda result: bool(result["recovered"]),
+}
+
+
+@dataclass
+class SweepResult:
+    """What a sweep found: its runs (rows), per-cell boundaries along `axis`, their spread over seeds."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    boundaries: list[dict[str, Any]] = field(default_factory=list)
+    spreads: list[dict[str, Any]] = field(default_factory=list)
+    axis: str | None = None
+    until: str = "not-recovered"
+
+
+def _row(point: Point, result: Result) -> dict[str, Any]:
+    row: dict[str, Any] = {"condition": point.condition, "seed": point.seed, "model": point.spec.model,
+                           "gpu": point.spec.gpu, **dict(point.values)}
+    if is_failed(result):
+        return {**row, **dict.fromkeys(METRICS), "error": result["error"], "key": point.spec.key()}
+    return {**row, **{m: result.get(m) for m in METRICS}, "key": point.spec.key()}
+
+
+def _others(point: Point, axis: str) -> dict[str, OverrideValue]:
+    return {name: value for name, value in point.values if name != axis}
+
+
+def _boundary_row(point: Point, axis: str, until: str, values: Sequence[OverrideValue],
+                  boundary: Boundary | None, error: str | None = None) -> dict[str, Any]:
+    row: dict[str, Any] = {"condition": point.condition, "seed": point.seed, **_others(point, axis), "axis": axis,
+                           "until": until}
+    if boundary is None:
+        return {**row, "status": "failed", "critical": None, "bracket": None, "rises": None, "runs": None,
+                "error": error}
+    bracket = [values[i] for i in boundary.bracket] if boundary.bracket else None
+    critical = values[boundary.critical] if boundary.critical is not None else None
+    return {**row, "status": boundary.status, "critical": critical, "bracket": bracket, "rises": boundary.rises,
+            "runs": boundary.probes}
+
+
+BOUNDARY_FIELDS = ("seed", "axis", "until", "status", "critical", "bracket", "rises", "runs", "error")
+
+
+def _spreads(boundaries: list[dict[str, Any]], axis: str) -> list[dict[str, Any]]:
+    """Per condition and other-axis values: the critical values over seeds (only where found)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for b in boundaries:
+        head = {k: v for k, v in b.items() if k not in BOUNDARY_FIELDS}
+        groups.setdefault(repr(sorted(head.items())), []).append(b)
+    spreads = []
+    for members in groups.values():
+        found = [b["critical"] for b in members if b["status"] == "found"]
+        head = {k: v for k, v in members[0].items() if k not in BOUNDARY_FIELDS}
+        spreads.append({**head, "axis": axis, "seeds": len(members), "found": len(found),
+                        "critical_min": min(found) if found else None, "critical_max": max(found) if found else None,
+                        "critical_mean": round(statistics.fmean(found), 6) if found else None,
+                        "by_seed": [{"seed": b["seed"], "status": b["status"], "critical": b["critical"]}
+                                    for b in members]})
+    return spreads
+
+
+def _number(point: Point, axis: str) -> float:
+    value = dict(point.values)[axis]
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
+def _first_numeric(plan: SweepPlan) -> str | None:
+    return next((axis.name for axis in plan.axes if axis.numeric), None)
+
+
+def run_grid(plan: SweepPlan, executor: RunExecutor, until: str = "not-recovered",
+             progress: Progress | None = None) -> SweepResult:
+    """Every point of the plan; boundaries read off the grid along its first numeric axis."""
+    points = plan.points()
+    check_specs(p.spec for p in points)
+    results = executor.run([p.spec for p in points], progress)
+    found = SweepResult(rows=[_row(p, r) for p, r in zip(points, results, strict=True)],
+                        axis=_first_numeric(plan), until=until)
+    axis = found.axis
+    if axis is None:
+        return found
+    cells: dict[tuple[Any, ...], list[tuple[Point, Result]]] = {}
+    for point, result in zip(points, results, strict=True):
+        cells.setdefault((point.condition, point.seed, tuple(_others(point, axis).items())), []).append(
+            (point, result))
+    for members in cells.values():
+        members.sort(key=lambda m: _number(m[0], axis))
+        values = [dict(p.values)[axis] for p, _ in members]
+        errors = [r["error"] for _, r in members if is_failed(r)]
+        outcomes = [UNTIL[until](r) for _, r in members if not is_failed(r)]
+        boundary = None if errors else boundary_of(outcomes)
+        found.boundaries.append(_boundary_row(members[0][0], axis, until, values, boundary, next(iter(errors), None)))
+    found.spreads = _spreads(found.boundaries, axis)
+    return found
+
+
+def find_runs_bound(plan: SweepPlan, axis: str, resolution: Decimal | None) -> int:
+    """The most runs a boundary search may make (both ends, then one per halving, per cell)."""
+    points = len(plan.find_grid(axis, resolution))
+    cells = len(plan.points([a for a in plan.axes if a.name != axis], {axis: 0}))
+    return cells * (min(points, 2) + max(0, math.ceil(math.log2(max(points - 1, 1)))))
+
+
+def _at(plan: SweepPlan, point: Point, axis: str, value: OverrideValue) -> Point:
+    values = tuple((name, value if name == axis else v) for name, v in point.values)
+    return replace(point, values=values, spec=plan.spec(point.condition, point.seed, values))
+
+
+def run_find(plan: SweepPlan, axis: str, resolution: Decimal | None, executor: RunExecutor,
+             until: str = "not-recovered", progress: Progress | None = None) -> SweepResult:
+    """Bisect every cell along `axis` between its bounds to `resolution`, all cells a round at a time."""
+    values = plan.find_grid(axis, resolution)
+    cells = plan.points([a for a in plan.axes if a.name != axis], {axis: values[0]})
+    check_specs(_at(plan, c, axis, v).spec for c in cells for v in (values[0], values[-1]))
+    searches = [Bisection(len(values)) for _ in cells]
+    errors: dict[int, str] = {}
+    found = SweepResult(axis=axis, until=until)
+    while True:
+        probes = [(i, k) for i, search in enumerate(searches) if i not in errors for k in search.next_probes()]
+        if not probes:
+            break
+        points = [_at(plan, cells[i], axis, values[k]) for i, k in probes]
+        results = executor.run([p.spec for p in points], progress)
+        for (i, k), point, result in zip(probes, points, results, strict=True):
+            found.rows.append(_row(point, result))
+            if is_failed(result):
+                errors[i] = result["error"]
+            else:
+                searches[i].record(k, UNTIL[until](result))
+    found.boundaries = [_boundary_row(cell, axis, until, values, None if i in errors else searches[i].boundary(),
+                                      errors.get(i)) for i, cell in enumerate(cells)]
+    found.spreads = _spreads(found.boundaries, axis)
+    return found
+
+
+def describe(result: SweepResult) -> Iterable[str]:
+    """One line per spread, for the terminal: the critical value per condition (and other axes)."""
+    for spread in result.spreads:
+        others = ", ".join(f"{k}={v}" for k, v in spread.items() if k not in SPREAD_FIELDS)
+        where = spread["condition"] + (f" ({others})" if others else "")
+        if spread["found"]:
+            low, high = spread["critical_min"], spread["critical_max"]
+            span = f"{low}" if low == high else f"{low}-{high}"
+            yield f"{where}: {result.until} from {result.axis} = {span} ({spread['found']} of {spread['seeds']} seeds)"
+        else:
+            statuses = ", ".join(sorted({s["status"] for s in spread["by_seed"]}))
+            yield f"{where}: no boundary of {result.until} along {result.axis} ({statuses})"
+
+
+SPREAD_FIELDS = ("condition", "axis", "seeds", "found", "critical_min", "critical_max", "critical_mean", "by_seed")
