@@ -139,6 +139,27 @@ def test_a_queued_execution_whose_client_left_is_dropped_before_the_engine() -> 
     run(policy("proxy-cap", max_outstanding=1), test)
 
 
+def test_a_queued_execution_dispatched_and_left_in_one_instant_is_ended() -> None:
+    """The holder leaves, which dispatches the queued execution, and the queued call's client leaves in
+    the same loop iteration, before the dispatched execution's task first ran: it must end all the same
+    (a storm of resets does this)."""
+    async def test(s: Stack) -> None:
+        holder = await s.post(body(1000, interval_ms=20), key="hold").__aenter__()
+        await holder.content.readuntil(b"\n\n")
+        queued = asyncio.ensure_future(s.post(body(3), key="queued").__aenter__())
+        await until(lambda: s.proxy.core.waiting == 1, "the second execution to queue",
+                    seen=lambda: f"{s.proxy.core.waiting} waiting, {len(s.proxy.relays)} executions")
+        holder_key, queued_key = (0, 0), (1, 0)  # (call, attempt): the holder's call came first
+        s.proxy._left(holder_key)  # dispatches the queued execution: its task is created, not yet run
+        s.proxy._left(queued_key)  # ... and cancelled before it runs
+        assert [e["actions"] for e in s.events("left")] == [[["cancel", 0], ["dispatch", 1]], [["cancel", 1]]]
+        holder.close()
+        queued.cancel()
+        await s.settle()
+        assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 2
+
+    run(policy("proxy-cap", max_outstanding=1), test)
+
 # -- coalescing and deferral ------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ byte of the stream was sent, else an SSE error event and the stream's proper end
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import time
@@ -592,6 +593,15 @@ class ProxyServer:
         request = self._pool.request_bytes("POST", relay.path, relay.headers, relay.body)
         sent = self._pool.send_now(request, relay)  # on a pooled connection at once, or in the task
         relay.task = asyncio.create_task(self._run_upstream(relay, None if sent else request))
+        relay.task.add_done_callback(lambda _: self._upstream_task_done(relay))
+
+    def _upstream_task_done(self, relay: Relay) -> None:
+        """A task cancelled before it first ran never enters its body, so its cleanup never runs (a
+        queued call dispatched as a slot freed, whose client left in the same instant): end the
+        execution here. A no-op for a task that ran, whose body ended it."""
+        if not relay.done:
+            relay.close_upstream()
+            self._finish(relay, SHUTDOWN if self._stopping else "cancelled")
 
     async def _run_upstream(self, relay: Relay, request: bytes | None) -> None:
         """The execution's life upstream; cancelling this task closes the upstream connection."""
@@ -699,8 +709,25 @@ def _refusal(decision: Refuse) -> web.Response:
     return error_response(decision.status, "the proxy estimates this attempt would miss its deadline")
 
 
+# The cyclic collector's generation thresholds while serving (Python's defaults: 700, 10, 10).
+SERVING_GC_THRESHOLDS = (50_000, 20, 100)
+
+
+def tune_gc_for_serving() -> None:
+    """Keep the cyclic collector's pauses out of the streams' tail latency. With 1,000 streams the
+    proxy allocates tens of thousands of objects a second, and at Python's default thresholds the
+    collector runs hundreds of times a second, now and then over every live object (measured: p99
+    time to first token 22-24 ms at 1,000 streams, against 3.6 ms direct). What startup built is
+    frozen out of every collection, and the young generation is collected 70 times less often;
+    cycles are still freed, later (measured p99: 8-11 ms)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*SERVING_GC_THRESHOLDS)
+
+
 def serve_forever(settings: ProxySettings, host: str, port: int) -> None:
     """Run the proxy until SIGINT or SIGTERM, then close every stream and flush the log."""
+    tune_gc_for_serving()
     serve_until_signalled(lambda: ProxyServer(settings), host, port,
                           lambda _, bound: f"retrybench proxy on http://{host}:{bound} -> {settings.upstream}")
 
