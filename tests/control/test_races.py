@@ -42,7 +42,7 @@ from retrybench.control.proxy import (
     Serve,
     SetTimer,
 )
-from retrybench.live.openai_api import call_identity, coalescing_key
+from retrybench.live.openai_api import call_digest, call_identity, coalescing_key
 
 Subscriber = tuple[int, int]
 Op = tuple[str, int, int]
@@ -69,7 +69,7 @@ def tenant_keys(auth_a: str = "Bearer key-a", auth_b: str = "Bearer key-b") -> l
     keys = []
     for auth, call_id in ((auth_a, "call-42"), (auth_b, "call-42"), (auth_a, "call-7")):
         tenant, given_id = call_identity({"Authorization": auth, "Idempotency-Key": call_id})
-        assert given_id == call_id
+        assert given_id == call_digest(call_id)  # the proxy keeps a digest, never the key in clear
         keys.append(coalescing_key(tenant, given_id, "/v1/completions", body))
     return keys
 
