@@ -49,7 +49,8 @@ def cases(claim: Claim, known: Known | None = None) -> list[Any]:
         s = case.subject
         group = s.block or claim.block
         marks: list[Any] = [pytest.mark.claim(claim.id), pytest.mark.xdist_group(f"{group}-{s.model}-{s.seed}")]
-        reason = (known or {}).get((s.model, s.seed)) or (known or {}).get((s.model, s.seed, s.steps))
+        reason = next((known[key] for key in ((s.model, s.seed), (s.model, s.seed, s.steps), (s.model, s.seed, s.block))
+                       if known and key in known), None)
         if reason:
             marks.append(pytest.mark.xfail(strict=True, reason=reason))
         params.append(pytest.param(case, id=str(case), marks=marks))

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.runner_fakes import InlineExecutor, fake_calibration_seed
 
 from retrybench import runner
 from retrybench.cache import ENTRY_FORMAT, DamagedEntry, cached_json, has_entry, read_entry, write_entry
@@ -89,32 +89,16 @@ def test_has_entry_tells_absent_sound_and_damaged_apart(tmp_path: Path, capsys: 
     assert f"damaged cache entry {path}" in capsys.readouterr().err
 
 
-class _Inline(Executor):
-    """Runs each task at once, in this process."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        future.set_result(fn(*args, **kwargs))
-        return future
-
-
-def _fake_seed(model: str, gpu: str, mixed_prompts: bool, seed: int) -> object:
-    stage = type("Stage", (), {"median_ttft_s": 0.1, "median_e2e_s": 1.0, "rate_calls_per_s": 1.25,
-                               "growth_per_s": 0.2})()
-    return type("Fake", (), {"chat_calls_per_s": 1.25, "stage_near": lambda self, rate: stage,
-                             "saturated": stage, "stages": ()})()
-
-
 def test_the_pool_recalibrates_a_damaged_calibration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Else every run would find it damaged and calibrate again, each in its own worker."""
     monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path))
     monkeypatch.setattr(runner, "CALIBRATION_SEEDS", 1)
-    monkeypatch.setattr(runner, "_calibrate_seed", _fake_seed)
+    monkeypatch.setattr(runner, "_calibrate_seed", fake_calibration_seed)
     build = ("qwen3-14b", "h100", False)
-    runner._calibrate_in_pool(_Inline(), [build])
+    runner._calibrate_in_pool(InlineExecutor(), [build])
     path = runner._calibration_path(*build, 1.0)
     _garbage(path)
-    runner._calibrate_in_pool(_Inline(), [build])
+    runner._calibrate_in_pool(InlineExecutor(), [build])
     assert f"damaged cache entry {path}" in capsys.readouterr().err
     assert read_entry(path)["chat"] == pytest.approx(1.25)

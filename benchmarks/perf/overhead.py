@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
+from retrybench.live.front import nginx_binary, nginx_command, nginx_conf
 from retrybench.live.launch import ServerProcess, free_port
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -188,37 +188,6 @@ def measure_alternating(found: list[Route], *, requests: int, tokens: int,
 # -- the processes ----------------------------------------------------------------------------------
 
 
-def _nginx_conf(workdir: Path, listen: int, upstream: int) -> Path:
-    conf = workdir / "nginx.conf"
-    conf.write_text(f"""
-worker_processes 1;
-daemon off;
-pid {workdir}/nginx.pid;
-error_log {workdir}/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-  access_log off;
-  client_body_temp_path {workdir}/body;
-  proxy_temp_path {workdir}/proxy;
-  fastcgi_temp_path {workdir}/fastcgi;
-  uwsgi_temp_path {workdir}/uwsgi;
-  scgi_temp_path {workdir}/scgi;
-  upstream engine {{ server 127.0.0.1:{upstream}; keepalive 256; }}
-  server {{
-    listen 127.0.0.1:{listen} backlog=4096;
-    location / {{
-      proxy_pass http://engine;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-      proxy_request_buffering off;
-    }}
-  }}
-}}
-""")
-    return conf
-
-
 @contextmanager
 def routes(workdir: Path) -> Iterator[list[Route]]:
     """Start the stub upstream, the retrybench proxy and (where installed) nginx in front of it."""
@@ -229,12 +198,12 @@ def routes(workdir: Path) -> Iterator[list[Route]]:
             health_url=f"http://127.0.0.1:{up_port}/health", log_path=workdir / "stub.log"))
         upstream = f"http://127.0.0.1:{up_port}"
         found = [Route("direct", upstream)]
-        nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
+        nginx = nginx_binary()
         if nginx is not None:
             port = free_port()
-            conf = _nginx_conf(workdir, port, up_port)
+            conf = nginx_conf(workdir, port, [up_port])
             process = stack.enter_context(ServerProcess(
-                [nginx, "-c", str(conf), "-p", str(workdir)], health_url=f"http://127.0.0.1:{port}/health",
+                nginx_command(nginx, conf), health_url=f"http://127.0.0.1:{port}/health",
                 log_path=workdir / "nginx.log"))
             found.append(Route("nginx", f"http://127.0.0.1:{port}", process.pid))
         port = free_port()
@@ -247,5 +216,5 @@ def routes(workdir: Path) -> Iterator[list[Route]]:
 
 
 def nginx_available() -> bool:
-    return shutil.which("nginx") is not None or Path("/usr/sbin/nginx").exists()
+    return nginx_binary() is not None
 

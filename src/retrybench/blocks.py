@@ -7,18 +7,21 @@ the composition block four and two, the trigger sweep one, the tracing block thr
 block two. Blocks share
 traces (run r replays seed r), so a condition that two blocks hold is run once.
 
-Blocks beyond the paper (`paper=False`: result retention, the SDKs' retry policies as clients) are
-planned, run and reported the same way, beside Table 1's, but no claim of the paper reads them and the
-unseen-seed replay leaves them out.
+Blocks beyond the paper (`paper=False`: result retention, the SDKs' retry policies as clients, several
+engine replicas and proxy instances) are planned, run and reported the same way, beside Table 1's, but no
+claim of the paper reads them and the unseen-seed replay leaves them out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
+from retrybench.control.router import ROUTER_POLICIES
 from retrybench.spec import RunSpec
 
-__all__ = ["BLOCKS", "PAPER_MODELS", "TABLE1", "UNSEEN_SEEDS", "Block", "block_specs", "blocks_plan",
+__all__ = ["BLOCKS", "DEFAULT_BLOCKS", "PAPER_MODELS", "TABLE1", "UNSEEN_SEEDS", "Block", "block_specs", "blocks_plan",
            "paper_runs", "table1_plan", "unseen_seeds_plan"]
 
 PRIMARY_MODEL = "qwen2.5-7b-instruct"
@@ -44,6 +47,12 @@ class Block:
     paper: bool = True  # one of Table 1's blocks (else beyond the paper)
     # Client profiles (clients/) the block crosses its conditions with; None is each condition's own client.
     clients: tuple[str | None, ...] = (None,)
+    # Deployments (RunSpec's replica and proxy-tier fields) the block crosses its conditions with; {} is the
+    # paper's one engine behind one proxy.
+    deployments: tuple[Mapping[str, Any], ...] = ({},)
+    # Run only when named (`reproduce --blocks NAME`), not by default: a block too long for a default
+    # reproduction on a small machine.
+    opt_in: bool = False
 
 
 COMPOSITION = ("no-control", "retry-budget", "coalescing", "budget-first", "lookup-first")
@@ -52,6 +61,18 @@ ENGINE_CAP = ("no-control", "engine-cap-338", "engine-cap-338-cancel-on", "engin
 DEFERRAL = ("no-control", "coalescing", "coalescing-cancel-on", "deferred-cancellation")
 RETENTION = ("coalescing", "coalescing-retain", "lookup-first", "lookup-first-retain")
 SDK_CONDITIONS = ("no-control", "coalescing", "coalescing-retain", "retry-budget")
+# Beyond the paper: several replicas and proxy instances (docs/replicas.md). N replicas x each router
+# policy (one replica needs none) x the proxy tier: PROXY_INSTANCES instances each with its own state
+# behind a random front, the same sharing one state, and each with its own state behind a key-affine front.
+REPLICA_COUNTS = (1, 2, 4)
+PROXY_INSTANCES = 2
+PROXY_TIERS: tuple[Mapping[str, Any], ...] = (
+    {"proxy_state": "per-instance", "front": "random"}, {"proxy_state": "shared"},
+    {"proxy_state": "per-instance", "front": "key-affine"})
+REPLICA_CONDITIONS = ("no-control", "coalescing", "deferred-cancellation", "retry-budget")
+REPLICA_DEPLOYMENTS: tuple[Mapping[str, Any], ...] = tuple(
+    {"replicas": n, **({"router": router} if n > 1 else {}), "proxies": PROXY_INSTANCES, **tier}
+    for n in REPLICA_COUNTS for router in (ROUTER_POLICIES if n > 1 else ("round-robin",)) for tier in PROXY_TIERS)
 BUDGET_WITH_CANCELLATION = ("no-control", "retries-on-cancel-on", "retry-budget", "retry-budget-cancel-on",
                             "deferred-cancellation")
 
@@ -78,8 +99,12 @@ BLOCKS: dict[str, Block] = {
     "sdk-clients": Block(name="sdk-clients", conditions=SDK_CONDITIONS, models=PAPER_MODELS, section="3.1",
                          pulses_x=PULSES_X, paper=False,
                          clients=(None, "openai-sdk", "anthropic-sdk", "tenacity-typical")),
+    # Beyond the paper: N engine replicas behind a router and the proxy as several instances.
+    "replicas": Block(name="replicas", conditions=REPLICA_CONDITIONS, models=(PRIMARY_MODEL,), section="6.1, 6.3",
+                      paper=False, deployments=REPLICA_DEPLOYMENTS, opt_in=True),
 }
 TABLE1 = {name: block for name, block in BLOCKS.items() if block.paper}
+DEFAULT_BLOCKS = tuple(name for name, block in BLOCKS.items() if not block.opt_in)
 
 
 def paper_runs(block: str, model: str) -> int:
@@ -108,11 +133,13 @@ def block_specs(name: str, model: str, runs: int | None = None, gpu: str = "h100
         raise ValueError(f"runs must be >= 1, got {count}")
     steps = block.step_tokens or (8192,) * len(block.conditions)
     return [
-        RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse, max_batched_tokens=step,
-                mixed_prompts=block.mixed_prompts, trace=block.traced, client=client)
+        replace(RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse,
+                        max_batched_tokens=step, mixed_prompts=block.mixed_prompts, trace=block.traced,
+                        client=client), **deployment)
         for seed in range(first_seed, first_seed + count)
         for pulse in block.pulses_x
         for client in block.clients
+        for deployment in block.deployments
         for condition, step in zip(block.conditions, steps, strict=True)
     ]
 

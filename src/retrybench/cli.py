@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
@@ -23,9 +23,18 @@ from rich.table import Table
 
 from retrybench import __version__
 from retrybench.analysis.calibrate import STAGES
-from retrybench.blocks import BLOCKS, PAPER_MODELS, TABLE1, block_specs, blocks_plan, unseen_seeds_plan
+from retrybench.blocks import (
+    BLOCKS,
+    DEFAULT_BLOCKS,
+    PAPER_MODELS,
+    TABLE1,
+    block_specs,
+    blocks_plan,
+    unseen_seeds_plan,
+)
 from retrybench.client_profiles import available_client_profiles, client_profile
 from retrybench.config import ConfigError, available_conditions
+from retrybench.control.router import ROUTER_POLICIES
 from retrybench.engine.profiles import GPUS, MODELS
 from retrybench.engine_choice import EngineChoice, EngineKind, parse_engine
 from retrybench.results import Result, is_failed
@@ -42,6 +51,9 @@ from retrybench.runner import (
     run_traced,
 )
 from retrybench.spec import RunSpec
+
+if TYPE_CHECKING:
+    from retrybench.sweep.reproduce import Computed
 
 MODEL_CHOICE = click.Choice(sorted(MODELS))
 GPU_CHOICE = click.Choice(sorted(GPUS))
@@ -282,9 +294,14 @@ def _run_plan(plan: list[tuple[str, RunSpec]], jobs: int | None, engine: EngineC
                                  "(default: OUT/real-engine.json when there).")
 @click.option("--blocks", "blocks_text", default="all", show_default=True,
               help=f"Comma-separated blocks ({', '.join(BLOCKS)}); table1: Table 1's alone; all: Table 1's and "
-                   "those beyond the paper.")
+                   "those beyond the paper but replicas (216 runs, 4-5 min on 2 cores: add it by name, "
+                   "e.g. all,replicas). boundaries: the boundary maps beyond the paper (part of all).")
+@click.option("--no-boundaries", is_flag=True,
+              help="Skip the boundary maps (critical pulse per condition and model, deferral W x pulse, engine "
+                   "cap Q x pulse; a few hundred bisection runs) that --blocks all computes.")
 def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: Path, jobs: int | None,
-              unseen_seeds: bool, as_json: bool, real_engine: Path | None, blocks_text: str) -> None:
+              unseen_seeds: bool, as_json: bool, real_engine: Path | None, blocks_text: str,
+              no_boundaries: bool) -> None:
     """Every block of Table 1 (the paper's 137 runs by default), then the HTML reproducibility report:
     per finding the paper's claim and figures, this run's, and a verdict. Resumable: results are cached
     by spec and code version, so an interrupted reproduction picks up where it stopped; Ctrl-C stops the
@@ -294,8 +311,10 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
     if unknown:
         raise click.UsageError(f"unknown model(s) {', '.join(unknown)}; the paper's: {', '.join(PAPER_MODELS)}")
     runs = _runs_option(runs_text)
-    named = {"all": list(BLOCKS), "table1": list(TABLE1)}
-    names = named.get(blocks_text.strip()) or [b.strip() for b in blocks_text.split(",") if b.strip()]
+    named = {"all": list(DEFAULT_BLOCKS), "table1": list(TABLE1)}
+    names = [n for part in blocks_text.split(",") if (b := part.strip()) for n in named.get(b, [b])]
+    boundaries = chosen if _boundaries_wanted(blocks_text, no_boundaries, engine) else None
+    names = [n for n in names if n != "boundaries"]  # sweep.reproduce.BOUNDARIES: maps, not a block
     try:
         plan = blocks_plan(names, chosen, gpu, runs)
     except ValueError as error:
@@ -306,7 +325,7 @@ def reproduce(engine: EngineChoice, gpu: str, models: str, runs_text: str, out: 
     finished: set[RunSpec] = set()
     try:
         _reproduce(plan, unseen_plan, finished, engine=engine, jobs=jobs, runs=runs, out=out, as_json=as_json,
-                   real_engine=real_engine)
+                   real_engine=real_engine, boundaries=boundaries, gpu=gpu)
     except KeyboardInterrupt:
         _interrupted([*plan, *(unseen_plan or [])], finished, engine)
 
@@ -323,13 +342,16 @@ def _interrupted(plan: list[tuple[str, RunSpec]], finished: set[RunSpec], engine
 
 def _reproduce(plan: list[tuple[str, RunSpec]], unseen_plan: list[tuple[str, RunSpec]] | None,
                finished: set[RunSpec], *, engine: EngineChoice, jobs: int | None, runs: int | None, out: Path,
-               as_json: bool, real_engine: Path | None) -> None:
-    """reproduce's work once its options are checked: the runs, then the report."""
+               as_json: bool, real_engine: Path | None, boundaries: list[str] | None = None,
+               gpu: str = "h100") -> None:
+    """reproduce's work once its options are checked: the runs, the boundary maps on `boundaries`' models
+    (None: none), then the report."""
     import time
 
     started = time.perf_counter()
     results = _run_plan(plan, jobs, engine, finished)
     unseen = _run_plan(unseen_plan, jobs, engine, finished) if unseen_plan is not None else None
+    maps = _boundary_maps(boundaries, gpu, jobs) if boundaries is not None else None
     wall_s = time.perf_counter() - started
     command = " ".join(["retrybench", *sys.argv[1:]])
     try:
@@ -343,13 +365,43 @@ def _reproduce(plan: list[tuple[str, RunSpec]], unseen_plan: list[tuple[str, Run
     meta = {**gather(engine=label, wall_s=wall_s, command=command), "chat_at_steps": _chat_at_2k(plan, engine)}
     context = build_context(results, meta, runs=runs, unseen=unseen)
     context["real_engine"] = _real_engine_section(real_engine, out)
+    if maps is not None:
+        from retrybench.report.boundaries import boundaries_section
+
+        context["boundaries"] = boundaries_section(maps.maps, wall_s=maps.wall_s, results=results)
+        console.print(f"boundaries: {maps.runs} distinct runs ({maps.cached} cached) in {maps.wall_s:.0f} s")
     page = write_report(out, context, results)
     _print_verdicts(context)
     console.print(f"{len(plan)} runs ({len(results)} distinct) in {wall_s:.0f} s; report: {page}")
     if as_json:
         click.echo(json.dumps({"runs": results, "scores": context["scores"], "robustness": context["robustness"]}))
-    if any(is_failed(r) for r in [*results, *(unseen or [])]):
+    maps_failed = maps is not None and context["boundaries"]["failed"] > 0
+    if any(is_failed(r) for r in [*results, *(unseen or [])]) or maps_failed:
         sys.exit(1)
+
+
+def _boundaries_wanted(blocks_text: str, no_boundaries: bool, engine: EngineChoice) -> bool:
+    """Whether to compute the boundary maps: with --blocks all or boundaries, on the simulated engine."""
+    from retrybench.sweep.reproduce import BOUNDARIES, wanted
+
+    if not wanted(blocks_text, no_boundaries):
+        return False
+    if engine.live:
+        if BOUNDARIES in {part.strip() for part in blocks_text.split(",")}:
+            raise click.UsageError("the boundary maps run on the simulated engine only")
+        console.print("boundary maps skipped: they run on the simulated engine only")
+        return False
+    return True
+
+
+def _boundary_maps(models: list[str], gpu: str, jobs: int | None) -> Computed | None:
+    """The boundary maps, or None where the report's packages are missing."""
+    try:
+        from retrybench.sweep.reproduce import compute_boundaries
+    except ImportError as error:  # jinja2 or matplotlib: no report to show them in
+        console.print(f"[yellow]no boundary maps[/yellow] ({error})")
+        return None
+    return compute_boundaries(models, gpu, jobs, _progress(), console)
 
 
 def _real_engine_section(given: Path | None, out: Path) -> dict[str, Any] | None:
@@ -391,7 +443,16 @@ def _print_verdicts(context: dict[str, Any]) -> None:
 
 
 @main.command()
-@click.option("--upstream", required=True, help="The engine's base URL, e.g. http://127.0.0.1:8001.")
+@click.option("--upstream", "upstreams", required=True, multiple=True,
+              help="The engine's base URL, e.g. http://127.0.0.1:8001. Repeat it for several engine replicas: "
+                   "--route then picks one per execution.")
+@click.option("--route", type=click.Choice(ROUTER_POLICIES), default=None,
+              help="How executions are spread over several --upstream (default round-robin): round-robin, "
+                   "least-outstanding (fewest streams open from this proxy), key-affine (rendezvous hashing "
+                   "of the call key: every attempt of a call to the same replica) or prefix-affine (vLLM's "
+                   "and SGLang's cache-aware policy). Refused with one --upstream. docs/replicas.md.")
+@click.option("--prefix-tokens", type=click.IntRange(min=0), default=2000, show_default=True,
+              help="The shared system prompt's length in tokens, as --route prefix-affine describes prompts.")
 @click.option("--policy", "policy_name", default="no-control", show_default=True,
               help=f"A Table 1 condition ({', '.join(available_conditions())}) or a policy TOML file.")
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -423,10 +484,11 @@ def _print_verdicts(context: dict[str, Any]) -> None:
 @click.option("--max-replay-bytes", type=click.IntRange(min=0), default=64 << 20, show_default=True,
               help="An execution's output kept for retries to attach; past it no retry attaches (503) and "
                    "nothing of it is retained.")
-def proxy(upstream: str, policy_name: str, host: str, port: int, max_body_bytes: int, log_path: Path | None,
-          time_scale: float, retain_s: float | None, retain_max_bytes: int | None, connect_timeout_s: float,
-          idle_timeout_s: float, max_executions: int, max_subscribers: int, max_replay_bytes: int) -> None:
-    """Serve the overload-control proxy in front of an OpenAI-compatible engine."""
+def proxy(upstreams: tuple[str, ...], route: str | None, prefix_tokens: int, policy_name: str, host: str,
+          port: int, max_body_bytes: int, log_path: Path | None, time_scale: float, retain_s: float | None,
+          retain_max_bytes: int | None, connect_timeout_s: float, idle_timeout_s: float, max_executions: int,
+          max_subscribers: int, max_replay_bytes: int) -> None:
+    """Serve the overload-control proxy in front of an OpenAI-compatible engine (or several replicas)."""
     from dataclasses import replace
 
     from retrybench.config import load_condition
@@ -440,10 +502,17 @@ def proxy(upstream: str, policy_name: str, host: str, port: int, max_body_bytes:
             policy = replace(policy, retain_max_bytes=retain_max_bytes)
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
-    settings = ProxySettings(upstream=upstream, policy=policy, max_body_bytes=max_body_bytes, log_path=log_path,
-                             time_scale=time_scale, upstream_connect_timeout_s=connect_timeout_s or None,
-                             upstream_idle_timeout_s=idle_timeout_s or None, max_executions=max_executions,
-                             max_subscribers=max_subscribers, max_replay_bytes=max_replay_bytes)
+    if route is not None and len(upstreams) == 1:
+        raise click.UsageError(f"--route {route} needs several --upstream: one upstream takes every execution")
+    try:
+        settings = ProxySettings(upstream=upstreams[0], more_upstreams=upstreams[1:], route=route or "round-robin",
+                                 prefix_tokens=prefix_tokens, policy=policy, max_body_bytes=max_body_bytes,
+                                 log_path=log_path, time_scale=time_scale,
+                                 upstream_connect_timeout_s=connect_timeout_s or None,
+                                 upstream_idle_timeout_s=idle_timeout_s or None, max_executions=max_executions,
+                                 max_subscribers=max_subscribers, max_replay_bytes=max_replay_bytes)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from error
     serve_forever(settings, host, port)
 
 

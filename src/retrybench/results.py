@@ -29,6 +29,13 @@ class SpecFields(TypedDict):
     engine_cap: ReadOnly[int | None]
     trace: ReadOnly[bool]
     token_scale: ReadOnly[float]
+    # The deployment (spec.DEPLOYMENT_DEFAULTS), present only where it is not one engine behind one proxy.
+    replicas: NotRequired[ReadOnly[int]]
+    replica_gpus: NotRequired[ReadOnly[str]]
+    router: NotRequired[ReadOnly[str]]
+    proxies: NotRequired[ReadOnly[int]]
+    proxy_state: NotRequired[ReadOnly[str]]
+    front: NotRequired[ReadOnly[str]]
 
 
 class Metrics(TypedDict):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from retrybench.analysis import section5, summarize
-from retrybench.analysis.calibrate import Calibration
+from retrybench.analysis.calibrate import LATENCY_RATE, Calibration
 from retrybench.analysis.delivery import delivered_per_window, waiting_total
 from retrybench.cache import cache_dir, cached_json, code_version, has_entry, write_entry
 from retrybench.config import WorkloadSpec
@@ -40,12 +40,16 @@ from retrybench.sim.calibrate import (
     calibrate,
     calibrate_repeated,
 )
+from retrybench.sim.calibrate_deployment import calibrate_deployment
+from retrybench.sim.deployment import simulate_deployment
+from retrybench.sim.replica_runs import DeploymentBuild, deployment_build, deployment_of, replica_profiles
 from retrybench.sim.run import simulate
 from retrybench.spec import RunSpec, condition_for, engine_config_for
 from retrybench.tracefile import write_trace
 from retrybench.workload import generate_trace
 
-__all__ = ["Serve", "calibrate_builds", "calibrate_one_live", "calibration_at_steps", "calibration_for",
+__all__ = ["Serve", "calibrate_builds", "calibrate_one_live", "calibration_at_steps", "calibration_for", "chat_for",
+           "deployment_calibration_for",
            "live_run_key", "live_workdir", "run_is_cached", "run_many", "run_many_live", "run_one", "run_one_live",
            "run_safely", "run_summary", "run_traced", "series", "simulate_spec", "store_run", "summarize_spec"]
 
@@ -125,11 +129,60 @@ def _calibrate_in_pool(pool: Executor, builds: list[tuple[str, str, bool]]) -> N
         write_entry(_calibration_path(*build, 1.0), record)
 
 
+def _deployment_path(build: DeploymentBuild) -> Path:
+    key = hashlib.sha256(json.dumps([*build, code_version()]).encode()).hexdigest()[:24]
+    return cache_dir() / "calibration" / f"{build[0]}-{len(build[1])}-replicas-{build[2]}-{key}.json"
+
+
+def _calibrate_deployment_seed(build: DeploymentBuild, seed: int) -> Calibration:
+    model, gpus, router, mixed_prompts, token_scale = build
+    return calibrate_deployment([profile_for(model, gpu) for gpu in gpus], router, seed=seed,
+                                spec=_calibration_spec(mixed_prompts, token_scale))
+
+
+def _deployment_record(build: DeploymentBuild, runs: tuple[Calibration, ...]) -> dict[str, Any]:
+    model, gpus, router, mixed_prompts, token_scale = build
+    record = _calibration_summary(average_calibrations(runs, LATENCY_RATE * len(gpus)))
+    record.update(model=model, gpu=",".join(gpus), replicas=len(gpus), router=router, mixed_prompts=mixed_prompts,
+                  token_scale=token_scale)
+    return record
+
+
+def deployment_calibration_for(spec: RunSpec, use_cache: bool = True) -> dict[str, Any]:
+    """C-hat of the spec's replica set (the whole deployment, behind its router), calibrated the paper's way."""
+    build = deployment_build(spec)
+
+    def compute() -> dict[str, Any]:
+        return _deployment_record(build, tuple(_calibrate_deployment_seed(build, seed)
+                                               for seed in range(CALIBRATION_SEEDS)))
+
+    return cached_json(_deployment_path(build), compute, use_cache)
+
+
+def chat_for(spec: RunSpec, use_cache: bool = True) -> float:
+    """The C-hat a spec's rates are in: its engine build's, or its replica set's when it has several."""
+    if spec.replicas > 1:
+        return float(deployment_calibration_for(spec, use_cache)["chat"])
+    return float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache, spec.token_scale)["chat"])
+
+
+def _calibrate_deployments_in_pool(pool: Executor, specs: Iterable[RunSpec]) -> None:
+    """Calibrate the uncached replica sets, every (set, seed) a task of its own."""
+    builds = sorted({deployment_build(s) for s in specs if s.replicas > 1})
+    missing = [b for b in builds if not has_entry(_deployment_path(b), report=True)]
+    futures = {(b, seed): pool.submit(_calibrate_deployment_seed, b, seed) for b in missing
+               for seed in range(CALIBRATION_SEEDS)}
+    for build in missing:
+        runs = tuple(futures[build, seed].result() for seed in range(CALIBRATION_SEEDS))
+        write_entry(_deployment_path(build), _deployment_record(build, runs))
+
+
 def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str, Any]] | None = None) -> RunLog:
-    """The run log of one spec on the simulated engine."""
+    """The run log of one spec on the simulated engine (on its deployment, when it has several replicas
+    or proxy instances)."""
     condition = condition_for(spec)
     if chat is None:
-        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, token_scale=spec.token_scale)["chat"])
+        chat = chat_for(spec)
     engine, cap = engine_config_for(spec, condition, chat)
     profile = profile_for(spec.model, spec.gpu, engine)
     workload = spec.workload(chat)
@@ -140,6 +193,11 @@ def simulate_spec(spec: RunSpec, chat: float | None = None, trace: list[dict[str
         "attempt_timeout_s": condition.client.attempt_timeout_s, "delivery_horizon_s": 840.0,
         "engine_cap": cap, "kv_blocks": profile.kv_blocks,
     }
+    if spec.deployed:
+        cap_given = spec.engine_cap if spec.engine_cap is not None else condition.engine_cap
+        return simulate_deployment(replica_profiles(spec, cap_given), calls, client=condition.client,
+                                   proxy=condition.proxy, seed=spec.seed, meta=meta, deployment=deployment_of(spec),
+                                   prefix_tokens=workload.shared_prefix_tokens, trace=trace)
     return simulate(profile, calls, client=condition.client, proxy=condition.proxy, seed=spec.seed,
                     meta=meta, prefix_tokens=workload.shared_prefix_tokens, trace=trace)
 
@@ -180,8 +238,7 @@ def run_one(spec: RunSpec, use_cache: bool = True) -> RunSummary:
     path = _run_path(spec)
 
     def compute() -> RunSummary:
-        chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache, spec.token_scale)["chat"])
-        return summarize_spec(spec, chat)
+        return summarize_spec(spec, chat_for(spec, use_cache))
 
     return cached_json(path, compute, use_cache)
 
@@ -228,10 +285,10 @@ def run_safely(run: Callable[[RunSpec], RunSummary], spec: RunSpec) -> Result:
         return failed
 
 
-def _expected_cost(spec: RunSpec) -> tuple[bool, int]:
-    """A sort key that puts the long runs first (traced ones, smaller token budgets), so that no worker
-    is left with a long run at the end while the others idle."""
-    return (not spec.trace, spec.max_batched_tokens)
+def _expected_cost(spec: RunSpec) -> tuple[bool, int, int]:
+    """A sort key that puts the long runs first (traced ones, more replicas, smaller token budgets), so
+    that no worker is left with a long run at the end while the others idle."""
+    return (not spec.trace, -spec.replicas, spec.max_batched_tokens)
 
 
 def run_many(specs: Iterable[RunSpec], jobs: int | None = None,
@@ -244,6 +301,9 @@ def run_many(specs: Iterable[RunSpec], jobs: int | None = None,
     if jobs == 1 or len(ordered) == 1:
         for build in builds:
             calibration_for(*build)  # once, before the runs would each compute it
+        for spec in ordered:
+            if spec.replicas > 1:
+                chat_for(spec)  # a replica set's, likewise
         for i, spec in enumerate(ordered):
             results[i] = run_safely(run_one, spec)
             if progress:
@@ -252,6 +312,7 @@ def run_many(specs: Iterable[RunSpec], jobs: int | None = None,
         pool = ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker)
         try:
             _calibrate_in_pool(pool, builds)
+            _calibrate_deployments_in_pool(pool, ordered)
             order = sorted(range(len(ordered)), key=lambda i: _expected_cost(ordered[i]))
             futures = {pool.submit(run_safely, run_one, ordered[i]): i for i in order}
             for future in as_completed(futures):
@@ -328,6 +389,8 @@ def run_one_live(spec: RunSpec, engine: EngineChoice, *, chat: float | None = No
         raise ValueError("run_one_live needs a live engine; the simulator's runs are runner.run_one's")
     if spec.overrides:
         raise ValueError("policy overrides (a sweep's axes) run on the simulated engine only")
+    if spec.deployed:
+        raise ValueError("several replicas or proxy instances run on the simulated engine only")
     if chat is None:
         chat = float(calibration_for(spec.model, spec.gpu, spec.mixed_prompts, use_cache, spec.token_scale)["chat"])
     key = live_run_key(spec, engine, chat, time_scale)

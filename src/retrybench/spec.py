@@ -20,11 +20,19 @@ from retrybench.config import (
     WorkloadSpec,
     load_condition,
 )
+from retrybench.control.router import FRONT_POLICIES, ROUTER_POLICIES
 from retrybench.engine.profiles import GPUS
 
-__all__ = ["OverrideValue", "RunSpec", "condition_for", "engine_config_for"]
+__all__ = ["DEPLOYMENT_DEFAULTS", "PROXY_STATES", "OverrideValue", "RunSpec", "condition_for", "engine_config_for"]
 
 OverrideValue = float | int | bool | str | None
+
+PROXY_STATES = ("per-instance", "shared")
+MAX_REPLICAS = 64
+# The deployment fields at their defaults: one engine behind one proxy, the paper's. A spec that leaves
+# them so keeps the record and the cache key it had before they existed.
+DEPLOYMENT_DEFAULTS: dict[str, object] = {"replicas": 1, "replica_gpus": None, "router": "round-robin",
+                                          "proxies": 1, "proxy_state": "per-instance", "front": "random"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +52,27 @@ class RunSpec:
     client: str | None = None  # a client profile (clients/) in place of the condition's client
     # Policy fields set over the condition's, as sorted ("proxy.defer_s", 2.0) pairs (a sweep's axes).
     overrides: tuple[tuple[str, OverrideValue], ...] = ()
+    # The deployment (docs/replicas.md): engine replicas behind a router, proxy instances behind a front.
+    replicas: int = 1
+    replica_gpus: str | None = None  # each replica's GPU, comma-separated ("h100,h200"); None: all on `gpu`
+    router: str = "round-robin"  # control.router.ROUTER_POLICIES
+    proxies: int = 1  # proxy instances
+    proxy_state: str = "per-instance"  # or "shared": one coalescing table, budget and queue for all
+    front: str = "random"  # how attempts are spread over the instances: control.router.FRONT_POLICIES
+
+    def __post_init__(self) -> None:
+        _check_deployment(self)
+
+    @property
+    def deployed(self) -> bool:
+        """Whether the run has more than one engine replica or proxy instance (else the paper's setup)."""
+        return self.replicas > 1 or self.proxies > 1
+
+    def gpus(self) -> tuple[str, ...]:
+        """The GPU of each engine replica."""
+        if self.replica_gpus is None:
+            return (self.gpu,) * self.replicas
+        return tuple(g.strip() for g in self.replica_gpus.split(","))
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict, without `client` and `overrides` when unset: a run with the condition's
@@ -55,6 +84,9 @@ class RunSpec:
             record["overrides"] = dict(self.overrides)
         else:
             del record["overrides"]
+        for name, default in DEPLOYMENT_DEFAULTS.items():
+            if record[name] == default:
+                del record[name]
         return record
 
     def workload(self, chat: float) -> WorkloadSpec:
@@ -66,6 +98,36 @@ class RunSpec:
         """The cache key of this spec's result: the spec and the code that computes results."""
         text = json.dumps({"spec": self.as_dict(), "code": code_version()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _check_deployment(spec: RunSpec) -> None:
+    """ConfigError naming the deployment field that is out of range, or set where it changes nothing
+    (so that one deployment has one spec, and one cache key)."""
+    if not 1 <= spec.replicas <= MAX_REPLICAS:
+        raise ConfigError(f"replicas must be 1 to {MAX_REPLICAS}, got {spec.replicas}")
+    if spec.proxies < 1:
+        raise ConfigError(f"proxies must be >= 1, got {spec.proxies}")
+    if spec.router not in ROUTER_POLICIES:
+        raise ConfigError(f"router must be one of {', '.join(ROUTER_POLICIES)}, got {spec.router!r}")
+    if spec.proxy_state not in PROXY_STATES:
+        raise ConfigError(f"proxy_state must be one of {', '.join(PROXY_STATES)}, got {spec.proxy_state!r}")
+    if spec.front not in FRONT_POLICIES:
+        raise ConfigError(f"front must be one of {', '.join(FRONT_POLICIES)}, got {spec.front!r}")
+    if spec.replica_gpus is not None:
+        gpus = spec.gpus()
+        unknown = [g for g in gpus if g not in GPUS]
+        if unknown:
+            raise ConfigError(f"replica_gpus: unknown GPU(s) {', '.join(unknown)}; known: {', '.join(GPUS)}")
+        if len(gpus) != spec.replicas:
+            raise ConfigError(f"replica_gpus names {len(gpus)} GPU(s) for {spec.replicas} replica(s)")
+    if spec.replicas == 1 and spec.router != "round-robin":
+        raise ConfigError(f"router {spec.router!r} needs replicas > 1 (one replica takes every execution)")
+    if spec.proxies == 1 and (spec.proxy_state != "per-instance" or spec.front != "random"):
+        raise ConfigError("proxy_state and front need proxies > 1 (one instance holds the only state)")
+    if spec.proxy_state == "shared" and spec.front != "random":
+        raise ConfigError("front does not matter with shared proxy state: leave it at 'random'")
+    if spec.trace and spec.replicas > 1:
+        raise ConfigError("the engine trace (trace=True) is kept for one replica only")
 
 
 def condition_for(spec: RunSpec) -> Condition:

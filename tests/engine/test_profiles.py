@@ -14,6 +14,7 @@ from retrybench.config import EngineConfig
 from retrybench.engine.profiles import (
     GPUS,
     MODELS,
+    RATIO_TOKENS,
     EngineProfile,
     ModelSpec,
     StepCosts,
@@ -213,6 +214,19 @@ def test_step_time_is_positive_and_monotone(profile: tuple[str, str], seqs: int,
                        ("context_tokens", extra_context)):
         assert prof.step_time_s(**{**args, key: args[key] + extra}) >= base, key  # type: ignore[arg-type]
     assert prof.step_time_s(**{**args, "seqs": seqs + 1}) > base  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("profile", fitted_profiles(), ids="-".join)
+def test_a_larger_step_is_never_faster_at_any_token_count(profile: tuple[str, str]) -> None:
+    """Every token count and sampled count up to past the ratio table, exhaustively: the property test
+    above samples them and once in a while finds a count where an interpolated ratio dipped."""
+    gpu, model = profile
+    timer = profile_for(model, gpu).step_timer()
+    for varied in ("tokens", "sampled"):
+        times = [timer(1, n if varied == "tokens" else 1, n if varied == "sampled" else 1, 0.0, 0, 0)
+                 for n in range(1, RATIO_TOKENS + 64)]
+        dips = [n + 1 for n in range(1, len(times)) if times[n] < times[n - 1]]
+        assert not dips, f"{gpu}/{model}: one more {varied} takes less time at {dips[:5]}"
 
 
 def test_step_time_strictly_grows_once_compute_bound() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from retrybench.live.aio import metric_sums
-from retrybench.live.assemble import Scrape, assemble_run_log, resample
+from retrybench.live.assemble import Scrape, assemble_run_log, merge_proxy_logs, resample
 from retrybench.live.openai_api import call_digest
 
 
@@ -40,3 +40,18 @@ def test_proxy_decisions_become_executions_on_the_trace_clock() -> None:
     assert execution.call_index == 1 and execution.created_s == 6.0 and execution.accepted_s == 6.0
     assert execution.first_token_s == 7.0 and execution.abort_requested_s == 8.0
     assert execution.fate == "cancelled" and log.meta["live"] is True
+
+
+def test_several_instances_logs_merge_on_one_clock_with_distinct_execution_ids() -> None:
+    first = {"t0_unix": 100.0, "time_scale": 0.1}
+    second = {"t0_unix": 100.5, "time_scale": 0.1}  # started 5 policy seconds later
+    header, events = merge_proxy_logs([
+        (first, [{"ev": "attempt", "t": 1.0, "execution": 0, "decision": "create"},
+                 {"ev": "engine", "t": 9.0, "execution": 0, "kind": "completed", "actions": [["retain", 0]]}]),
+        (second, [{"ev": "attempt", "t": 1.0, "execution": 0, "decision": "create"},
+                  {"ev": "left", "t": 2.0, "actions": [["cancel", 0]]}]),
+    ])
+    assert header["instances"] == 2 and header["t0_unix"] == 100.0
+    assert [(e["t"], e.get("execution"), e["instance"]) for e in events] == [
+        (1.0, 0, 0), (6.0, 1, 1), (7.0, None, 1), (9.0, 0, 0)]
+    assert events[2]["actions"] == [["cancel", 1]] and events[3]["actions"] == [["retain", 0]]

@@ -11,8 +11,10 @@ by seconds, and a policy's timers are checked on the proxy's own clock, from its
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -104,6 +106,26 @@ def test_a_client_leaving_closes_the_upstream_stream_when_cancellation_is_on(mom
             f"and {s.upstream.completed} completed: the client's leaving did not reach it")
         await s.settle()
         assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 1
+
+    run(policy("retries-on-cancel-on"), test)
+
+
+def test_a_cancelled_execution_is_freed_without_the_cyclic_collector() -> None:
+    # The cancelled task's traceback holds the frame that holds the relay; a relay that kept its task (or
+    # its connection, which holds it back) would wait for a full collection, which the serving GC
+    # thresholds make rare: thousands of clients leaving at once then grow the proxy by megabytes.
+    async def test(s: Stack) -> None:
+        response = await s.post(body(500, interval_ms=20), key="c1").__aenter__()
+        await response.content.readuntil(b"\n\n")
+        relay = weakref.ref(next(iter(s.proxy.relays.values())))
+        gc.disable()  # only reference counting frees it now
+        try:
+            response.close()
+            await until(lambda: s.upstream.disconnects == 1, "the upstream stream to end")
+            await s.settle()
+            assert relay() is None, "the cancelled execution's relay is only freed by the cyclic collector"
+        finally:
+            gc.enable()
 
     run(policy("retries-on-cancel-on"), test)
 

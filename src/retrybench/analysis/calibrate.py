@@ -14,8 +14,8 @@ import numpy as np
 from retrybench.config import ClientPolicy
 from retrybench.runlog import RunLog
 
-__all__ = ["CALIBRATION_CLIENT", "FIRST_STAGE_RATE", "NO_DEADLINE_S", "SATURATION_PER_S", "STAGES", "STAGE_FACTOR",
-           "STAGE_S", "Calibration", "StageResult", "calibration_from_log", "stage_plan"]
+__all__ = ["CALIBRATION_CLIENT", "FIRST_STAGE_RATE", "LATENCY_RATE", "NO_DEADLINE_S", "SATURATION_PER_S", "STAGES",
+           "STAGE_FACTOR", "STAGE_S", "Calibration", "StageResult", "calibration_from_log", "stage_plan"]
 
 # The protocol, shared by the simulated and the live calibration. 0.2 calls/s x 1.5^5 = 1.52 calls/s:
 # the stage at which the paper reports TTFT and E2E.
@@ -24,6 +24,7 @@ STAGE_FACTOR = 1.5
 STAGE_S = 300.0
 STAGES = 11
 SATURATION_PER_S = 0.1  # the waiting queue's growth that marks the saturated stage
+LATENCY_RATE = 1.52  # calls/s: the stage (0.2 x 1.5^5) whose latencies the paper reports, for one engine
 NO_DEADLINE_S = 1e9
 """The calibration's attempt timeout: none. A stage measures the engine's own queue, and an attempt
 given up would take load off it; a client policy needs a finite timeout, so "none" is 1e9 s (about 32

@@ -50,7 +50,7 @@ from typing import Any
 from retrybench.config import EngineConfig
 
 __all__ = ["GPUS", "MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts", "elementwise_s_per_token",
-           "fitted_profiles", "gemm_roofline_ratios", "profile_for"]
+           "fitted_profiles", "gemm_roofline_ratios", "gemm_seconds", "profile_for"]
 
 GIB = 1024**3
 
@@ -254,14 +254,16 @@ class EngineProfile:
         kv_s_per_token = model.kv_bytes_per_token / (bandwidth * costs.memory_eff)
         fixed_s, per_seq_s = costs.fixed_s, costs.per_seq_s
 
+        linear_s = gemm_seconds(ratio, layer_flop_s, layer_read_s)
+        head_s = gemm_seconds(ratio, head_flop_s, head_read_s)
+        past_last = ratio[last]
+
         def step_time_s(seqs: int, tokens: int, sampled: int, attention_pairs: float, context_tokens: int,
                         decode_context_tokens: int) -> float:
-            compute = layer_flop_s * tokens
-            linear = ratio[tokens if tokens < last else last] * (compute if compute > layer_read_s else layer_read_s)
+            linear = linear_s[tokens] if tokens <= last else past_last * layer_flop_s * tokens
             head = 0.0
             if sampled:
-                compute = head_flop_s * sampled
-                head = ratio[sampled if sampled < last else last] * (compute if compute > head_read_s else head_read_s)
+                head = head_s[sampled] if sampled <= last else past_last * head_flop_s * sampled
             prefill_flops = attention_s_per_pair * (attention_pairs - decode_context_tokens)
             prefill_kv = kv_s_per_token * (context_tokens - decode_context_tokens)
             decode_flops = attention_s_per_pair * decode_context_tokens
@@ -289,6 +291,16 @@ def _layer_profile(name: str) -> tuple[tuple[int, float, float, float], ...]:
     text = (resources.files("retrybench") / "engine" / name).read_text()
     return tuple((int(row["tokens"]), float(row["linear_ms"]), float(row["hidden_elementwise_ms"]),
                   float(row["mlp_activation_ms"])) for row in csv.DictReader(text.splitlines()))
+
+
+@cache
+def gemm_seconds(ratio: tuple[float, ...], flop_s: float, read_s: float) -> tuple[float, ...]:
+    """Seconds of a GEMM for 0..RATIO_TOKENS tokens: the measured ratio times the roofline (`flop_s` a token,
+    at least `read_s` for the weights). A step is never slower than a larger one (it could be padded to
+    it); interpolating the ratio between profile rows, times a roofline that grows past the ridge, can
+    dip by up to 0.02% of the weight read, so each is capped by the larger steps' (a suffix minimum)."""
+    roofline = (r * max(flop_s * n, read_s) for n, r in enumerate(ratio))
+    return tuple(accumulate(reversed(tuple(roofline)), min))[::-1]
 
 
 @cache

@@ -18,7 +18,7 @@ from retrybench import runlog
 from retrybench.live.openai_api import call_digest
 from retrybench.runlog import ExecutionRecord, QueueSamples, RunLog
 
-__all__ = ["Scrape", "assemble_run_log", "resample"]
+__all__ = ["Scrape", "assemble_run_log", "merge_proxy_logs", "resample"]
 
 _FATES: dict[str, runlog.Fate] = {
     "completed": runlog.FATE_COMPLETED, "orphaned": runlog.FATE_ORPHANED, "cancelled": runlog.FATE_CANCELLED,
@@ -124,6 +124,33 @@ def _executions(events: Sequence[dict[str, Any]], offset_s: float, call_index: d
             if ended is not None:
                 ended.fate = _FATES.get(event["fate"], event["fate"])
     return [e.record() for e in sorted(executions.values(), key=lambda e: e.execution_id)]
+
+
+def merge_proxy_logs(logs: Sequence[tuple[dict[str, Any], Sequence[dict[str, Any]]]]
+                     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Several proxy instances' decision logs as one: (the first's header, every event on its clock).
+
+    Each instance numbers its executions from 0, so instance i's execution e becomes e * M + i (M
+    instances), in its events and their actions alike; each instance's times are shifted by the
+    difference of its start from the first's (policy seconds, as the headers' time scale says)."""
+    if not logs:
+        raise ValueError("no proxy log to merge")
+    first = logs[0][0]
+    if len(logs) == 1:
+        return first, list(logs[0][1])
+    m = len(logs)
+    merged: list[dict[str, Any]] = []
+    for instance, (header, events) in enumerate(logs):
+        shift = (float(header["t0_unix"]) - float(first["t0_unix"])) / float(header["time_scale"])
+        for event in events:
+            moved = {**event, "t": event["t"] + shift, "instance": instance}
+            if "execution" in event:
+                moved["execution"] = event["execution"] * m + instance
+            if "actions" in event:
+                moved["actions"] = [[kind, eid * m + instance] for kind, eid in event["actions"]]
+            merged.append(moved)
+    merged.sort(key=lambda event: event["t"])  # stable: an instance's own order is kept at equal times
+    return {**first, "instances": m}, merged
 
 
 def assemble_run_log(*, load_meta: dict[str, Any], calls: list[runlog.CallRecord],

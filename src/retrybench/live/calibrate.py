@@ -18,6 +18,7 @@ from typing import Any
 from retrybench.analysis.calibrate import (
     CALIBRATION_CLIENT,
     FIRST_STAGE_RATE,
+    LATENCY_RATE,
     STAGE_FACTOR,
     STAGE_S,
     STAGES,
@@ -34,7 +35,7 @@ __all__ = ["calibrate_live", "calibration_summary"]
 
 # The paper reports latencies at 1.52 calls/s with C-hat 2.78: for another engine, the stage at the same
 # share of its C-hat.
-LATENCY_SHARE = 1.52 / 2.78
+LATENCY_SHARE = LATENCY_RATE / 2.78
 
 
 def calibrate_live(engine_url: str, *, model: str, gpu: str, workdir: Path, time_scale: float = 1.0,

@@ -7,7 +7,8 @@ this module needs nothing of the server's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -42,12 +43,18 @@ class _RetentionCounts(Collector):
         return iter((kept, released, too_large))
 
 
+def _reader(values: Sequence[int], index: int) -> Callable[[], float]:
+    return lambda: values[index]
+
+
 class ProxyMetrics:
     """The registry; `relays`, `subscribers` and `engine_waiting` read the proxy's gauges, `now`
-    its clock (policy seconds), each at scrape time."""
+    its clock (policy seconds), each at scrape time. With several `upstreams`, executions routed to
+    each and the streams open to each (`streams`, read at scrape time) are labelled by upstream URL."""
 
     def __init__(self, core: ProxyCore, *, relays: Callable[[], int], subscribers: Callable[[], int],
-                 engine_waiting: Callable[[], int], now: Callable[[], float]) -> None:
+                 engine_waiting: Callable[[], int], now: Callable[[], float], upstreams: Sequence[str] = (),
+                 streams: Sequence[int] = ()) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.attempts = Counter("retrybench_proxy_attempts", "Attempts received", registry=r)
@@ -72,8 +79,17 @@ class ProxyMetrics:
               registry=r).set_function(relays)
         Gauge("retrybench_proxy_subscribers", "Attempts connected and waiting for output",
               registry=r).set_function(subscribers)
-        Gauge("retrybench_proxy_engine_waiting", "The engine's waiting gauge as last scraped",
-              registry=r).set_function(engine_waiting)
+        Gauge("retrybench_proxy_engine_waiting", "The engine's waiting gauge as last scraped (summed over "
+              "the upstreams)", registry=r).set_function(engine_waiting)
+        self._routed: list[Any] = []
+        if upstreams:
+            routed = Counter("retrybench_proxy_upstream_executions", "Executions the router sent to each upstream",
+                             ["upstream"], registry=r)
+            self._routed = [routed.labels(url) for url in upstreams]
+            open_streams = Gauge("retrybench_proxy_upstream_outstanding",
+                                 "Executions dispatched to each upstream and not ended", ["upstream"], registry=r)
+            for index, url in enumerate(upstreams):
+                open_streams.labels(url).set_function(_reader(streams, index))
         if core.policy.retain_s > 0:
             Gauge("retrybench_proxy_retained_bytes", "Bytes of completed responses kept for late retries",
                   registry=r).set_function(lambda: core.retained_bytes)
@@ -102,6 +118,10 @@ class ProxyMetrics:
         else:
             name = f"refused_{decision.status}"
         self._decision[name].inc()
+
+    def routed(self, replica: int) -> None:
+        """An execution went to upstream `replica` (several upstreams only)."""
+        self._routed[replica].inc()
 
     def limit_refused(self, limit: str) -> None:
         self.limits.labels(limit).inc()

@@ -10,6 +10,10 @@ proxy's own HTTP/1.1 client on pooled keep-alive connections (upstream.py), whic
 to the relay still chunk-framed; only the engine's /metrics scrape goes through aiohttp's client.
 Cancelling an execution closes its upstream connection, which is how vLLM learns to abort.
 
+With several upstreams (engine replicas), each has its own pool and `control.router.Router` (the
+simulator's code) picks one per execution, from the call key, the prompt as the simulator describes
+it and the streams this proxy has open to each; with one, executions go to its pool directly.
+
 With result retention on, a completed execution's relay (status, headers, the whole body or the
 chunk-framed stream) outlives its exchange for `retain_s`: an attempt of the same key is answered
 from it, streamed or not as the original was (the key covers the request body, so both asked the
@@ -54,6 +58,7 @@ from retrybench.control.proxy import (
     SetTimer,
     Subscriber,
 )
+from retrybench.control.router import ROUTER_POLICIES, Router, prompt_prefix
 from retrybench.live.aio import metric_sums
 from retrybench.live.aiohttp_internals import prepare_raw_chunked, send_head
 from retrybench.live.clock import ScaledClock
@@ -83,8 +88,11 @@ SSE_END = b"data: [DONE]\n\n"  # the last event of an OpenAI-compatible stream
 
 @dataclass(frozen=True, kw_only=True)
 class ProxySettings:
-    upstream: str
+    upstream: str  # the engine's base URL (the first replica's, with several)
     policy: ProxyPolicy
+    more_upstreams: tuple[str, ...] = ()  # further engine replicas: with any, `route` picks one per execution
+    route: str = "round-robin"  # control.router.ROUTER_POLICIES; another policy needs several upstreams
+    prefix_tokens: int = 2000  # the shared system prompt's length, as prefix-affine routing describes prompts
     max_body_bytes: int = 4 << 20
     log_path: Path | None = None
     scrape_s: float = 1.0  # how often the engine's waiting gauge is read (budget Retry-After, deadline check)
@@ -102,6 +110,20 @@ class ProxySettings:
     max_executions: int = 50_000  # queued or streaming at once (the paper's overloads hold a few thousand)
     max_subscribers: int = 1_000  # attempts on one execution (a call's retries attach to it)
     max_replay_bytes: int = 64 << 20  # an execution's output kept for retries to attach (a 300k-token stream)
+
+    def __post_init__(self) -> None:
+        upstreams = self.upstreams
+        if len(set(upstreams)) != len(upstreams):
+            raise ValueError(f"the upstreams must be distinct, got {list(upstreams)}")
+        if self.route not in ROUTER_POLICIES:
+            raise ValueError(f"unknown route {self.route!r}; known: {', '.join(ROUTER_POLICIES)}")
+        if len(upstreams) == 1 and self.route != "round-robin":  # as RunSpec refuses a router for one replica
+            raise ValueError(f"route {self.route!r} needs several upstreams (one upstream takes every execution)")
+
+    @property
+    def upstreams(self) -> tuple[str, ...]:
+        """Every engine replica's base URL, without a trailing slash."""
+        return tuple(url.rstrip("/") for url in (self.upstream, *self.more_upstreams))
 
 
 @dataclass(eq=False, slots=True)
@@ -123,9 +145,12 @@ class Relay:
     """
 
     def __init__(self, server: ProxyServer, execution_id: int, path: str, body: bytes, headers: dict[str, str],
-                 stream: bool, keep_replay: bool) -> None:
+                 stream: bool, keep_replay: bool, key: str = "", prompt_tokens: int = 0) -> None:
         self.server = server
         self.execution_id = execution_id
+        self.key, self.prompt_tokens = key, prompt_tokens  # what a router reads
+        self.pool: UpstreamPool | None = None  # the upstream it was dispatched to
+        self.replica = -1  # that upstream's index while its stream is open (several upstreams only)
         self.path, self.body, self.headers = path, body, headers
         self.stream = stream
         self.keep_replay = keep_replay
@@ -295,33 +320,43 @@ class ProxyServer:
         self.settings = settings
         self.core = ProxyCore(settings.policy)
         self.clock = ScaledClock(settings.time_scale)
+        self.upstreams = settings.upstreams
+        self.upstream = self.upstreams[0]
+        several = len(self.upstreams) > 1
+        self.router = Router(settings.route, self.upstreams) if several else None
+        self.streams = [0] * len(self.upstreams)  # executions dispatched to each upstream and not ended
         self.metrics = ProxyMetrics(self.core, relays=lambda: len(self.relays),
                                     subscribers=lambda: self.open_subscribers,
-                                    engine_waiting=lambda: self.engine_waiting, now=self.now)
+                                    engine_waiting=lambda: self.engine_waiting, now=self.now,
+                                    upstreams=self.upstreams if several else (), streams=self.streams)
         self.relays: dict[int, Relay] = {}
         self.retained: dict[int, Relay] = {}  # completed executions whose response may be served again
         self.open_subscribers = 0
         self.engine_waiting = 0
         self._calls: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()  # -> (index, attempts)
         self._anonymous = 0
+        self._calls_seen = 0
         self._timers: dict[tuple[float, int], asyncio.Handle] = {}  # (due, execution) -> handle
         self._session: aiohttp.ClientSession | None = None  # for scraping the engine's /metrics
-        self._pool: UpstreamPool | None = None  # for executions
+        self._pool: UpstreamPool | None = None  # for executions (the only upstream's, or the first's)
+        self._pools: list[UpstreamPool] = []  # one per upstream
+        self._waiting = [0] * len(self.upstreams)  # each upstream's waiting gauge as last scraped
         self._runner: web.AppRunner | None = None
         self._scraper: asyncio.Task[None] | None = None
         self._stopping = False
         self._awaited_at_stop: set[int] = set()  # executions a client still waited for when the proxy stopped
         header = {"t0_unix": time.time(), "time_scale": settings.time_scale, "upstream": settings.upstream,
                   "policy": asdict(settings.policy)}
+        if several:
+            header.update(upstreams=list(self.upstreams), route=settings.route)
         self.log = EventLog(settings.log_path, header, keep=settings.keep_log)
-        self.upstream = settings.upstream.rstrip("/")
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def app(self) -> web.Application:
         routes = [web.post(path, self.handle_completion) for path in ROUTES]
         routes += [web.get("/metrics", self.handle_metrics), web.route("*", "/{tail:.*}", self.handle_unknown)]
-        return new_app(routes, client_max_size=self.settings.max_body_bytes)
+        return new_app(routes, client_max_size=self.settings.max_body_bytes, health=self.handle_health)
 
     async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
         """Bind and serve; returns the port (useful with port 0)."""
@@ -330,8 +365,10 @@ class ProxyServer:
                                               auto_decompress=False, skip_auto_headers=("User-Agent",))
         settings = self.settings
         idle_s = settings.upstream_idle_timeout_s
-        self._pool = UpstreamPool(self.upstream, connect_timeout_s=settings.upstream_connect_timeout_s,
-                                  idle_timeout_s=None if idle_s is None else idle_s * settings.time_scale)
+        self._pools = [UpstreamPool(url, connect_timeout_s=settings.upstream_connect_timeout_s,
+                                    idle_timeout_s=None if idle_s is None else idle_s * settings.time_scale)
+                       for url in self.upstreams]
+        self._pool = self._pools[0]
         self._runner, bound = await start_app(self.app(), host, port, reuse_address=True)
         self._scraper = asyncio.create_task(self._housekeeping())
         return bound
@@ -354,8 +391,8 @@ class ProxyServer:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
-        if self._pool is not None:
-            self._pool.close()
+        for pool in self._pools:
+            pool.close()
         self.log.close()
 
     def now(self) -> float:
@@ -367,6 +404,12 @@ class ProxyServer:
         self.log.write(event)
 
     # -- small routes ------------------------------------------------------------------------
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        """200 once it listens with at least one upstream to send executions to (its body says how many)."""
+        status = 200 if self.upstreams else 503
+        return web.json_response({"upstreams": len(self.upstreams), "route": self.settings.route if
+                                  self.router is not None else None}, status=status)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         body, content_type = self.metrics.render()
@@ -380,15 +423,21 @@ class ProxyServer:
 
     def _attempt_number(self, tenant: str, call_id: str | None) -> tuple[int, int, str]:
         """(call index, attempt number, call id): an attempt of a call id seen before is a retry."""
-        if call_id is None:
+        if call_id is None:  # no retry can name it again: nothing to remember
             self._anonymous += 1
-            call_id = f"anonymous-{self._anonymous}"
+            return self._new_call_index(), 0, f"anonymous-{self._anonymous}"
         identity = (tenant, call_id)
-        index, attempts = self._calls.pop(identity, (len(self._calls) + self._anonymous, 0))
+        known = self._calls.pop(identity, None)
+        index, attempts = known if known is not None else (self._new_call_index(), 0)
         self._calls[identity] = (index, attempts + 1)
         if len(self._calls) > self.settings.remembered_calls:
             self._calls.popitem(last=False)
         return index, attempts, call_id
+
+    def _new_call_index(self) -> int:
+        """Calls are numbered in order of their first attempt (a forgotten call id stays numbered)."""
+        self._calls_seen += 1
+        return self._calls_seen - 1
 
     async def handle_completion(self, request: web.Request) -> web.StreamResponse:
         chat = ROUTES[request.path]
@@ -427,7 +476,8 @@ class ProxyServer:
         if isinstance(decision, Create):
             policy = self.settings.policy
             relay = Relay(self, decision.execution_id, request.path, body, _forward_headers(request), parsed.stream,
-                          keep_replay=policy.coalescing or policy.retain_s > 0)
+                          keep_replay=policy.coalescing or policy.retain_s > 0, key=key,
+                          prompt_tokens=parsed.prompt_tokens)
             self.relays[decision.execution_id] = relay
             if decision.dispatch:
                 self._dispatch(relay)
@@ -588,12 +638,28 @@ class ProxyServer:
         self._apply(actions)
 
     def _dispatch(self, relay: Relay) -> None:
-        assert self._pool is not None
+        pool = self._pool if self.router is None else self._route(relay)
+        assert pool is not None
+        relay.pool = pool
         relay.ended = asyncio.get_running_loop().create_future()
-        request = self._pool.request_bytes("POST", relay.path, relay.headers, relay.body)
-        sent = self._pool.send_now(request, relay)  # on a pooled connection at once, or in the task
+        request = pool.request_bytes("POST", relay.path, relay.headers, relay.body)
+        sent = pool.send_now(request, relay)  # on a pooled connection at once, or in the task
         relay.task = asyncio.create_task(self._run_upstream(relay, None if sent else request))
         relay.task.add_done_callback(lambda _: self._upstream_task_done(relay))
+
+    def _route(self, relay: Relay) -> UpstreamPool:
+        """The upstream the router picks for `relay` (once per execution, never per chunk)."""
+        router = self.router
+        assert router is not None
+        prefix = (prompt_prefix(relay.key, relay.prompt_tokens, self.settings.prefix_tokens)
+                  if router.policy == "prefix-affine" else ())
+        replica = router.choose(relay.key, prefix, self.streams)
+        self.streams[replica] += 1
+        relay.replica = replica
+        self.metrics.routed(replica)
+        if self.log.active:
+            self._log({"ev": "route", "execution": relay.execution_id, "upstream": replica})
+        return self._pools[replica]
 
     def _upstream_task_done(self, relay: Relay) -> None:
         """A task cancelled before it first ran never enters its body, so its cleanup never runs (a
@@ -602,17 +668,21 @@ class ProxyServer:
         if not relay.done:
             relay.close_upstream()
             self._finish(relay, SHUTDOWN if self._stopping else "cancelled")
+        # The task's traceback holds the frame that holds the relay: let reference counting free them
+        # at once rather than leaving a cycle for the (deliberately infrequent) cyclic collector.
+        relay.task = relay.connection = None
 
     async def _run_upstream(self, relay: Relay, request: bytes | None) -> None:
         """The execution's life upstream; cancelling this task closes the upstream connection."""
-        assert self._pool is not None and relay.ended is not None
+        pool = relay.pool
+        assert pool is not None and relay.ended is not None
         outcome = "failed"
         try:
             if request is not None:
                 try:
-                    await self._pool.open(request, relay)
+                    await pool.open(request, relay)
                 except TimeoutError:
-                    relay.on_end(TimedOut(f"no connection within {self._pool.connect_timeout_s:g} s"))
+                    relay.on_end(TimedOut(f"no connection within {pool.connect_timeout_s:g} s"))
                 except OSError as error:
                     relay.on_end(f"upstream unreachable: {error}")
                 except Exception as error:  # a bug must fail the execution, never hang its subscribers
@@ -644,6 +714,9 @@ class ProxyServer:
         for it any more, else unfinished, and not counted in /metrics (the proxy is going away)."""
         relay.done = True
         relay.ready.set()
+        if relay.replica >= 0:
+            self.streams[relay.replica] -= 1
+            relay.replica = -1
         for sub in relay.live:
             if sub.finished is not None and not sub.finished.done():
                 sub.finished.set_result(None)
@@ -669,13 +742,15 @@ class ProxyServer:
         while True:
             if policy.retain_s > 0:
                 self._expire_retained()
-            if scrape:
-                try:
-                    async with self._session.get(self.upstream + "/metrics") as response:
-                        text = await response.read()
-                    self.engine_waiting = int(metric_sums(text).get("vllm:num_requests_waiting", 0.0))
-                except (aiohttp.ClientError, OSError, ValueError):
-                    pass  # keep the last value; the engine may be starting
+            if scrape:  # every replica's gauge, summed (as the simulator's proxy reads a deployment's)
+                for index, url in enumerate(self.upstreams):
+                    try:
+                        async with self._session.get(url + "/metrics") as response:
+                            text = await response.read()
+                        self._waiting[index] = int(metric_sums(text).get("vllm:num_requests_waiting", 0.0))
+                    except (aiohttp.ClientError, OSError, ValueError):
+                        pass  # keep the last value; the engine may be starting
+                self.engine_waiting = sum(self._waiting)
             self.log.flush()
             await asyncio.sleep(min(self.settings.scrape_s, self.log.flush_s))
 
@@ -728,6 +803,8 @@ def tune_gc_for_serving() -> None:
 def serve_forever(settings: ProxySettings, host: str, port: int) -> None:
     """Run the proxy until SIGINT or SIGTERM, then close every stream and flush the log."""
     tune_gc_for_serving()
+    upstreams = ", ".join(settings.upstreams)
+    routed = f" (route {settings.route})" if len(settings.upstreams) > 1 else ""
     serve_until_signalled(lambda: ProxyServer(settings), host, port,
-                          lambda _, bound: f"retrybench proxy on http://{host}:{bound} -> {settings.upstream}")
+                          lambda _, bound: f"retrybench proxy on http://{host}:{bound} -> {upstreams}{routed}")
 

@@ -5,6 +5,11 @@ load generator and a 1-per-trace-second scraper of both /metrics endpoints share
 event loop. Every clock runs `time_scale` wall seconds per trace second, so a 947-s paper run
 takes 947 x time_scale wall seconds and the same trace meets the same engine model as in the
 simulator. The engine may be external (`engine_url`): a vLLM, or an engine server started elsewhere.
+
+`drive` and `deployment_run_log` do the same for a deployment someone else started (several engines
+behind several proxy instances behind a front balancer, docs/replicas.md): the load goes to the front,
+the scraper sums the engines' and the instances' gauges, as the simulator samples a deployment, and the
+instances' decision logs are merged into one run log.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import contextlib
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +28,7 @@ import aiohttp
 from retrybench.config import ClientPolicy, load_condition
 from retrybench.engine.profiles import profile_for
 from retrybench.live.aio import metric_sums, run_event_loop
-from retrybench.live.assemble import Scrape, assemble_run_log
+from retrybench.live.assemble import Scrape, assemble_run_log, merge_proxy_logs
 from retrybench.live.engine_server import EngineServerSettings
 from retrybench.live.eventlog import read_event_log
 from retrybench.live.launch import ServerProcess, engine_server_command, free_port
@@ -31,7 +37,7 @@ from retrybench.runlog import RunLog
 from retrybench.spec import RunSpec, engine_config_for
 from retrybench.workload import Trace, generate_trace
 
-__all__ = ["LiveRun", "run_live"]
+__all__ = ["LiveRun", "deployment_run_log", "drive", "run_live"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,19 +47,28 @@ class LiveRun:
     workdir: Path
 
 
-async def _scrape(session: aiohttp.ClientSession, engine: str, proxy: str) -> Scrape:
-    async with session.get(engine + "/metrics") as response:
-        e = metric_sums(await response.read())
-    async with session.get(proxy + "/metrics") as response:
-        p = metric_sums(await response.read())
-    return Scrape(at_unix=time.time(), engine_waiting=int(e.get("vllm:num_requests_waiting", 0)),
-                  engine_running=int(e.get("vllm:num_requests_running", 0)),
-                  proxy_waiting=int(p.get("retrybench_proxy_queue_depth", 0)),
-                  prompt_tokens_total=int(e.get("vllm:prompt_tokens_total", 0)),
-                  prefix_cache_queries_total=int(e.get("vllm:prefix_cache_queries_total", 0)))
+async def _sums(session: aiohttp.ClientSession, urls: Sequence[str], names: Sequence[str]) -> dict[str, int]:
+    """Each metric of `names` summed over the /metrics of every URL."""
+    total = dict.fromkeys(names, 0)
+    for url in urls:
+        async with session.get(url + "/metrics") as response:
+            sums = metric_sums(await response.read())
+        for name in names:
+            total[name] += int(sums.get(name, 0))
+    return total
 
 
-async def _drive(trace: Trace, settings: LoadgenSettings, engine: str, proxy: str,
+async def _scrape(session: aiohttp.ClientSession, engines: Sequence[str], proxies: Sequence[str]) -> Scrape:
+    e = await _sums(session, engines, ("vllm:num_requests_waiting", "vllm:num_requests_running",
+                                       "vllm:prompt_tokens_total", "vllm:prefix_cache_queries_total"))
+    p = await _sums(session, proxies, ("retrybench_proxy_queue_depth",))
+    return Scrape(at_unix=time.time(), engine_waiting=e["vllm:num_requests_waiting"],
+                  engine_running=e["vllm:num_requests_running"], proxy_waiting=p["retrybench_proxy_queue_depth"],
+                  prompt_tokens_total=e["vllm:prompt_tokens_total"],
+                  prefix_cache_queries_total=e["vllm:prefix_cache_queries_total"])
+
+
+async def _drive(trace: Trace, settings: LoadgenSettings, engines: Sequence[str], proxies: Sequence[str],
                  every_s: float) -> tuple[LoadResult, list[Scrape]]:
     scrapes: list[Scrape] = []
     done = asyncio.Event()
@@ -64,7 +79,7 @@ async def _drive(trace: Trace, settings: LoadgenSettings, engine: str, proxy: st
             while not done.is_set():
                 # A missed scrape leaves the previous sample in place, as Prometheus would.
                 with contextlib.suppress(aiohttp.ClientError, OSError):
-                    scrapes.append(await _scrape(session, engine, proxy))
+                    scrapes.append(await _scrape(session, engines, proxies))
                 next_at += every_s
                 await asyncio.sleep(max(next_at - time.monotonic(), 0.0))
 
@@ -101,7 +116,7 @@ def run_live(spec: RunSpec, *, time_scale: float, workdir: Path, chat: float, st
             box: list[tuple[LoadResult, list[Scrape]]] = []
 
             async def main() -> None:
-                box.append(await _drive(trace, settings, engine, proxy_url, time_scale))
+                box.append(await _drive(trace, settings, [engine], [proxy_url], time_scale))
 
             run_event_loop(main)
     load, scrapes = box[0]
@@ -121,6 +136,34 @@ def run_live(spec: RunSpec, *, time_scale: float, workdir: Path, chat: float, st
                            scrapes=scrapes, meta=meta, end_s=end_s)
     (workdir / "runlog.json").write_text(log.to_json())
     return LiveRun(log=log, load=load, workdir=workdir)
+
+
+def drive(trace: Trace, *, target: str, client: ClientPolicy, seed: int, time_scale: float,
+          engines: Sequence[str], proxies: Sequence[str]) -> tuple[LoadResult, list[Scrape]]:
+    """Send `trace` to `target` (a front, a proxy) in this process's event loop, scraping every engine
+    and proxy instance once per trace second (their gauges summed); returns the load and the scrapes."""
+    settings = LoadgenSettings(target=target, client=client, seed=seed, time_scale=time_scale)
+    box: list[tuple[LoadResult, list[Scrape]]] = []
+
+    async def main() -> None:
+        box.append(await _drive(trace, settings, engines, proxies, time_scale))
+
+    run_event_loop(main)
+    return box[0]
+
+
+def deployment_run_log(trace: Trace, load: LoadResult, scrapes: Sequence[Scrape], proxy_logs: Sequence[Path],
+                       meta: dict[str, Any]) -> RunLog:
+    """The run log of a load `drive` sent through several proxy instances, from their decision logs
+    (read once the instances have stopped and flushed them); `meta` adds to the trace's phase times."""
+    header, events = merge_proxy_logs([read_event_log(path) for path in proxy_logs])
+    ends = [c.delivered_s or c.failed_s or 0.0 for c in load.calls]
+    workload = trace.spec
+    meta = {"pulse_start_s": workload.pulse_start_s, "pulse_end_s": workload.pulse_end_s,
+            "hold_end_s": workload.hold_end_s, "delivery_horizon_s": 840.0, **meta}
+    return assemble_run_log(load_meta=load.meta, calls=load.calls, attempts=load.attempts,
+                            call_ids=[c.call_id for c in trace.calls], proxy_header=header, proxy_events=events,
+                            scrapes=scrapes, meta=meta, end_s=max([trace.end_s, *ends]))
 
 
 class _engine:

@@ -8,7 +8,7 @@ is how a client leaving reaches the proxy and the engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
@@ -35,10 +35,12 @@ async def _healthy(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-def new_app(routes: Iterable[web.AbstractRouteDef], *, client_max_size: int) -> web.Application:
-    """An application serving `/health` and `routes` (in that order: a catch-all route goes last)."""
+def new_app(routes: Iterable[web.AbstractRouteDef], *, client_max_size: int,
+            health: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None) -> web.Application:
+    """An application serving `/health` (200, or the server's own `health` handler) and `routes` (in
+    that order: a catch-all route goes last)."""
     app = web.Application(client_max_size=client_max_size)
-    app.add_routes([web.get("/health", _healthy), *routes])
+    app.add_routes([web.get("/health", health or _healthy), *routes])
     return app
 
 

@@ -286,8 +286,10 @@ class UpstreamPool:
         if self.send_now(request, sink):
             return
         loop = asyncio.get_running_loop()
-        connecting = loop.create_connection(lambda: _Connection(self), self.host, self.port)
-        _, connection = await asyncio.wait_for(connecting, self.connect_timeout_s)
+        # Not asyncio.wait_for: on Python 3.11 a cancellation that arrives as the connection completes is
+        # lost there (the caller's execution then streams on for nobody); a timeout scope keeps it.
+        async with asyncio.timeout(self.connect_timeout_s):
+            _, connection = await loop.create_connection(lambda: _Connection(self), self.host, self.port)
         connection.reused = False
         self._start(connection, request, sink)
 

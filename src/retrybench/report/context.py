@@ -20,6 +20,7 @@ from retrybench.claims import ROWS, Row, claim
 from retrybench.paper import paper_values
 from retrybench.report import fmt
 from retrybench.report.headlines import HEADLINES
+from retrybench.report.replicas import deployment_suffix, replicas_section
 from retrybench.report.robustness import robustness
 from retrybench.report.runs import Entry, RunSet, spec_of
 from retrybench.report.scoring import SYMBOLS, ScoredFigure, score, tally
@@ -41,7 +42,7 @@ def run_file_name(result: Mapping[str, Any]) -> str:
     s = spec_of(result)
     extra = "".join(("-mixed" if s.mixed_prompts else "", "-traced" if s.trace else "",
                      f"-cap{s.engine_cap}" if s.engine_cap is not None else "",
-                     f"-client-{s.client}" if s.client is not None else ""))
+                     f"-client-{s.client}" if s.client is not None else "", deployment_suffix(s)))
     return f"{s.model}-{s.gpu}-{s.condition}-seed{s.seed}-pulse{s.pulse_x}-{s.max_batched_tokens}{extra}.json"
 
 
@@ -78,6 +79,7 @@ def build_context(results: Iterable[Result], meta: Mapping[str, Any], runs: int 
         "retention": _retention(rs),
         "sdk_clients": _sdk_clients(rs),
         "sdk_verdicts": _sdk_verdicts(rs),
+        "replicas": replicas_section(rs),
         "setup": _setup(rs),
         "failed": [{"spec": _describe(e), "block": e.block, "error": e.result["error"]}
                    for e in [*rs.entries, *rs.beyond] if is_failed(e.result)],
@@ -454,7 +456,8 @@ def _block(name: str, rs: RunSet) -> dict[str, Any]:
         s, r = entry.spec, entry.result
         cells = [fmt.value(r.get(key)) for key, _ in RUN_COLUMNS] if not entry.failed else []
         rows.append({"model": s.model, "seed": s.seed, "pulse_x": s.pulse_x, "steps": s.max_batched_tokens,
-                     "condition": s.condition if s.client is None else f"{s.condition} ({s.client} client)",
+                     "condition": (s.condition if s.client is None else f"{s.condition} ({s.client} client)")
+                     + deployment_suffix(s),
                      "cells": cells, "error": r.get("error"), "file": run_file_name(r)})
     seeds = sorted({e.spec.seed for e in rs.block_entries(name)})
     return {"name": name, "section": block.section, "paper": block.paper, "models": list(block.models),
@@ -467,6 +470,8 @@ def _setup(rs: RunSet) -> dict[str, Any]:
     builds: dict[tuple[str, str, bool], set[float]] = defaultdict(set)
     summaries = [r for r in rs.results if not is_failed(r)]
     for r in summaries:
+        if r.get("replicas", 1) > 1:
+            continue  # a replica set's C-hat is the replicas section's
         builds[(r["model"], r["gpu"], bool(r["mixed_prompts"]))].add(r["chat"])
     return {
         "chat": [{"model": m, "gpu": g, "prompts": "mixed" if mixed else "12,000-token",

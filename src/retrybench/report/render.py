@@ -13,6 +13,7 @@ import jinja2
 from retrybench.atomicfile import write_atomic
 from retrybench.report.context import run_file_name
 from retrybench.report.figures import FIGURES
+from retrybench.report.figures_boundaries import boundary_figures
 
 __all__ = ["render_html", "write_report"]
 
@@ -29,6 +30,7 @@ def _environment() -> jinja2.Environment:
 def render_html(context: Mapping[str, Any]) -> str:
     """The report page: the context's data with its figures drawn."""
     figures = {name: draw(context["figures"][name]) for name, draw in FIGURES.items()}
+    figures |= boundary_figures(context.get("boundaries"))
     template = _environment().get_template("report.html.j2")
     return template.render(**context, svg=figures, runs_dir=RUNS_DIR)
 

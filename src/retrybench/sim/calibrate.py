@@ -8,6 +8,7 @@ from statistics import fmean
 from retrybench.analysis.calibrate import (
     CALIBRATION_CLIENT,
     FIRST_STAGE_RATE,
+    LATENCY_RATE,
     SATURATION_PER_S,
     STAGE_FACTOR,
     STAGE_S,
@@ -52,13 +53,13 @@ class RepeatedCalibration:
 
 
 def calibrate_repeated(profile: EngineProfile, *, seeds: int = CALIBRATION_SEEDS,
-                       spec: WorkloadSpec | None = None, latency_rate: float = 1.52) -> RepeatedCalibration:
+                       spec: WorkloadSpec | None = None, latency_rate: float = LATENCY_RATE) -> RepeatedCalibration:
     """`calibrate` on seeds 0 .. seeds-1, averaged; latencies from each run's stage nearest `latency_rate`."""
     return average_calibrations(tuple(calibrate(profile, seed=seed, spec=spec) for seed in range(seeds)),
                                 latency_rate)
 
 
-def average_calibrations(runs: tuple[Calibration, ...], latency_rate: float = 1.52) -> RepeatedCalibration:
+def average_calibrations(runs: tuple[Calibration, ...], latency_rate: float = LATENCY_RATE) -> RepeatedCalibration:
     """The mean of calibrations on independent traces (made here one after another, or by a pool)."""
     stages = [run.stage_near(latency_rate) for run in runs]
     ttft = [s.median_ttft_s for s in stages if s.median_ttft_s is not None]

@@ -25,13 +25,14 @@ from retrybench.control.proxy import (
     Create,
     Dispatch,
     Drop,
+    Execution,
     Notify,
     ProxyCore,
     Refuse,
     Serve,
     SetTimer,
 )
-from retrybench.engine.core import EngineCore
+from retrybench.engine.core import EngineCore, ExecutionStats
 from retrybench.engine.profiles import EngineProfile
 from retrybench.gcpause import cyclic_gc_paused
 from retrybench.runlog import (
@@ -318,9 +319,12 @@ class _Sim:
                                 "generation_tokens_total": counters.generation_tokens_total})
 
     def _execution_record(self, eid: int) -> ExecutionRecord:
+        return self._record_of(eid, self.engine.stats.get(eid), self.proxy.executions[eid])
+
+    def _record_of(self, eid: int, stats: ExecutionStats | None, state: Execution) -> ExecutionRecord:
+        """One execution's record from the engine's stats of it (None: never reached the engine) and
+        the proxy's state of it."""
         call_index, attempt_no, created = self.execution_created[eid]
-        stats = self.engine.stats.get(eid)
-        state = self.proxy.executions[eid]
         finished = stats is not None and stats.finished_s is not None
         fate: Fate
         if eid in self.refused:

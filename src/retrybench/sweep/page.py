@@ -7,66 +7,15 @@ figures as inline SVG drawn with the report's matplotlib settings, no scripts.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
 import jinja2
-import numpy as np
 
-from retrybench.report.figures import _figure, _svg
+from retrybench.report.heatmap import SEED, HeatMap, draw_heatmap, ordered
 
 __all__ = ["phase_diagram", "render_page"]
-
-SEED = "seed"
-ANNOTATE_MAX_CELLS = 150  # cells per panel up to which each cell's value is printed in it
-
-
-def _label(value: Any) -> str:
-    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _ordered(values: list[Any]) -> list[Any]:
-    """Numbers ascending, anything else as given."""
-    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        return sorted(values)
-    return values
-
-
-def _matrix(rows: list[Mapping[str, Any]], x: str, y: str, xs: list[Any], ys: list[Any], metric: str) -> np.ndarray:
-    """The mean of `metric` per (y, x) cell over the rows that have it (recovered as 0/1); NaN where none."""
-    total, count = np.zeros((len(ys), len(xs))), np.zeros((len(ys), len(xs)))
-    for row in rows:
-        value = row.get(metric)
-        if value is None:
-            continue
-        i, j = ys.index(row[y]), xs.index(row[x])
-        total[i, j] += float(value)
-        count[i, j] += 1
-    with np.errstate(invalid="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
-
-
-def _ticks(ax: Any, xs: list[Any], ys: list[Any]) -> None:
-    every = max(1, math.ceil(len(xs) / 10))
-    ax.set_xticks(range(0, len(xs), every), [_label(v) for v in xs[::every]], rotation=45 if every == 1 and
-                  len(xs) > 6 else 0)
-    every_y = max(1, math.ceil(len(ys) / 12))
-    ax.set_yticks(range(0, len(ys), every_y), [_label(v) for v in ys[::every_y]])
-
-
-def _boundary_marks(ax: Any, boundaries: list[Mapping[str, Any]], condition: str, x: str, y: str, xs: list[Any],
-                    ys: list[Any]) -> None:
-    """A bar between the two grid values that bracket each cell's boundary (where the y axis is the seed)."""
-    if y != SEED:
-        return
-    for b in boundaries:
-        if b["condition"] != condition or b["status"] != "found" or b["axis"] != x or b["seed"] not in ys:
-            continue
-        low, high = (xs.index(v) for v in b["bracket"])
-        i = ys.index(b["seed"])
-        ax.plot([(low + high) / 2] * 2, [i - 0.5, i + 0.5], color="black", linewidth=2.2, solid_capstyle="butt")
 
 
 def phase_diagram(document: Mapping[str, Any], metric: str, title: str, scale: tuple[float, float],
@@ -77,43 +26,16 @@ def phase_diagram(document: Mapping[str, Any], metric: str, title: str, scale: t
     names = [a["name"] for a in document["axes"]]
     x = document["find"]["axis"] if document.get("find") else names[0]
     y = next((n for n in names if n != x), SEED)
-    conditions = list(document["conditions"])
-    declared = {a["name"]: _ordered(list(a["values"])) for a in document["axes"]} | {SEED: list(document["seeds"])}
+    declared = {a["name"]: ordered(list(a["values"])) for a in document["axes"]} | {SEED: list(document["seeds"])}
     xs = list(document["find"]["grid"]) if document.get("find") else declared[x]
-    ys = declared[y]
-    width = min(3.0 * len(conditions) + 1.2, 14.0)
-    with _figure(title, width, 1.2 + min(0.28 * len(ys), 4.5), ncols=len(conditions)) as (fig, axes):
-        image = None
-        for ax, condition in zip(axes, conditions, strict=True):
-            grid = _matrix([r for r in rows if r["condition"] == condition], x, y, xs, ys, metric)
-            image = ax.imshow(np.ma.masked_invalid(grid), origin="lower", aspect="auto", cmap="cividis",
-                              vmin=scale[0], vmax=scale[1], interpolation="nearest")
-            ax.set_facecolor("#f2f2f2")  # cells no run probed
-            if grid.size <= ANNOTATE_MAX_CELLS:
-                for (i, j), value in np.ndenumerate(grid):
-                    if not np.isnan(value):
-                        share = (value - scale[0]) / (scale[1] - scale[0])
-                        ax.text(j, i, f"{value:.2g}" if scale[1] <= 1 else f"{value:.0f}", ha="center",
-                                va="center", fontsize=6.5, color="black" if share > 0.55 else "white")
-            _boundary_marks(ax, document.get("boundaries", []), condition, x, y, xs, ys)
-            _ticks(ax, xs, ys)
-            ax.set(title=condition, xlabel=x)
-        axes[0].set_ylabel(y)
-        if image is not None:
-            fig.colorbar(image, ax=axes, label=legend, shrink=0.9)
-        averaged = [n for n in names if n not in (x, y)] + ([SEED] if y != SEED else [])
-        alt = (f"Heat maps, one per condition ({', '.join(conditions)}), of {legend} over {x} (horizontal) and "
-               f"{y} (vertical)" + (f", averaged over {', '.join(averaged)}" if averaged else "") + ". "
-               + "; ".join(_alt_condition(rows, c, x, metric) for c in conditions) + ".")
-        return _svg(fig, title, alt)
-
-
-def _alt_condition(rows: list[Mapping[str, Any]], condition: str, x: str, metric: str) -> str:
-    chosen = [r for r in rows if r["condition"] == condition and r.get(metric) is not None]
-    if not chosen:
-        return f"{condition}: no runs"
-    values = [float(r[metric]) for r in chosen]
-    return f"{condition}: {len(chosen)} runs, {metric} {min(values):.3g}-{max(values):.3g}"
+    averaged = [n for n in names if n not in (x, y)] + ([SEED] if y != SEED else [])
+    # Each seed's boundary is marked where the rows are the seeds (the bars of a map over two axes would
+    # stand for several cells at once).
+    spec = HeatMap(rows=rows, boundaries=document.get("boundaries", []) if y == SEED else [], x=x, y=y, xs=xs,
+                   ys=declared[y], panel="condition", panels=list(document["conditions"]),
+                   seeds=list(document["seeds"]))
+    return draw_heatmap(spec, metric, title, scale, legend,
+                        note=f", averaged over {', '.join(averaged)}" if averaged else "")
 
 
 _ENV = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)

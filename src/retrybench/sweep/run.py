@@ -20,7 +20,8 @@ from retrybench.sweep.bisect import Bisection, Boundary, boundary_of
 from retrybench.sweep.executors import Progress, RunExecutor
 from retrybench.sweep.plan import Point, SweepPlan, check_specs
 
-__all__ = ["METRICS", "UNTIL", "SweepResult", "describe", "find_runs_bound", "run_find", "run_grid"]
+__all__ = ["METRICS", "UNTIL", "Find", "SweepResult", "describe", "find_runs_bound", "run_find", "run_finds",
+           "run_grid"]
 
 METRICS = ("recovered", "recovery_s", "hold_delivered_pct", "pulse_delivered_pct", "primary_timely_pct",
            "created_x", "completed_x", "retry_share_pct", "calls_failed")
@@ -136,31 +137,75 @@ def _at(plan: SweepPlan, point: Point, axis: str, value: OverrideValue) -> Point
     return replace(point, values=values, spec=plan.spec(point.condition, point.seed, values))
 
 
+@dataclass(frozen=True)
+class Find:
+    """One boundary search: every cell of `plan` bisected along `axis` at `resolution` (None: the axis' step)."""
+
+    plan: SweepPlan
+    axis: str
+    resolution: Decimal | None = None
+
+
+@dataclass
+class _Search:
+    """A Find under way: its grid, its cells and one bisection per cell."""
+
+    find: Find
+    values: list[OverrideValue]
+    cells: list[Point]
+    searches: list[Bisection]
+    errors: dict[int, str] = field(default_factory=dict)
+    result: SweepResult = field(default_factory=SweepResult)
+
+    def probes(self) -> list[tuple[int, int, Point]]:
+        """(cell, grid index, point) of every run this search needs now."""
+        return [(i, k, _at(self.find.plan, self.cells[i], self.find.axis, self.values[k]))
+                for i, search in enumerate(self.searches) if i not in self.errors for k in search.next_probes()]
+
+    def record(self, i: int, k: int, point: Point, result: Result, until: str) -> None:
+        self.result.rows.append(_row(point, result))
+        if is_failed(result):
+            self.errors[i] = result["error"]
+        else:
+            self.searches[i].record(k, UNTIL[until](result))
+
+
+def _start(find: Find, until: str) -> _Search:
+    plan, axis = find.plan, find.axis
+    values = plan.find_grid(axis, find.resolution)
+    cells = plan.points([a for a in plan.axes if a.name != axis], {axis: values[0]})
+    check_specs(_at(plan, c, axis, v).spec for c in cells for v in (values[0], values[-1]))
+    return _Search(find, values, cells, [Bisection(len(values)) for _ in cells],
+                   result=SweepResult(axis=axis, until=until))
+
+
+def run_finds(finds: Sequence[Find], executor: RunExecutor, until: str = "not-recovered",
+              progress: Progress | None = None) -> list[SweepResult]:
+    """Several boundary searches advanced together: each round runs the next probes of every cell of
+    every search in one call of the executor (a spec two searches need at once runs once), so a short
+    search does not wait for a long one and a process pool starts once a round, not once a search."""
+    started = [_start(find, until) for find in finds]
+    while True:
+        probes = [(search, i, k, point) for search in started for i, k, point in search.probes()]
+        if not probes:
+            break
+        specs = list(dict.fromkeys(point.spec for *_, point in probes))
+        results = dict(zip(specs, executor.run(specs, progress), strict=True))
+        for search, i, k, point in probes:
+            search.record(i, k, point, results[point.spec], until)
+    for search in started:
+        axis, found = search.find.axis, search.result
+        found.boundaries = [_boundary_row(cell, axis, until, search.values,
+                                          None if i in search.errors else search.searches[i].boundary(),
+                                          search.errors.get(i)) for i, cell in enumerate(search.cells)]
+        found.spreads = _spreads(found.boundaries, axis)
+    return [search.result for search in started]
+
+
 def run_find(plan: SweepPlan, axis: str, resolution: Decimal | None, executor: RunExecutor,
              until: str = "not-recovered", progress: Progress | None = None) -> SweepResult:
     """Bisect every cell along `axis` between its bounds to `resolution`, all cells a round at a time."""
-    values = plan.find_grid(axis, resolution)
-    cells = plan.points([a for a in plan.axes if a.name != axis], {axis: values[0]})
-    check_specs(_at(plan, c, axis, v).spec for c in cells for v in (values[0], values[-1]))
-    searches = [Bisection(len(values)) for _ in cells]
-    errors: dict[int, str] = {}
-    found = SweepResult(axis=axis, until=until)
-    while True:
-        probes = [(i, k) for i, search in enumerate(searches) if i not in errors for k in search.next_probes()]
-        if not probes:
-            break
-        points = [_at(plan, cells[i], axis, values[k]) for i, k in probes]
-        results = executor.run([p.spec for p in points], progress)
-        for (i, k), point, result in zip(probes, points, results, strict=True):
-            found.rows.append(_row(point, result))
-            if is_failed(result):
-                errors[i] = result["error"]
-            else:
-                searches[i].record(k, UNTIL[until](result))
-    found.boundaries = [_boundary_row(cell, axis, until, values, None if i in errors else searches[i].boundary(),
-                                      errors.get(i)) for i, cell in enumerate(cells)]
-    found.spreads = _spreads(found.boundaries, axis)
-    return found
+    return run_finds([Find(plan, axis, resolution)], executor, until, progress)[0]
 
 
 def describe(result: SweepResult) -> Iterable[str]:
