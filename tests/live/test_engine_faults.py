@@ -56,6 +56,7 @@ EXPECTED = {
     "close": Expected(200, 502, "failed"),
     "close_mid_event": Expected(200, 502, "failed"),
     "bad_framing": Expected(200, 502, "failed"),
+    "bad_framing_mid_event": Expected(200, 502, "failed"),  # the half event is ended before the error event
     "hang": Expected(200, 504, "failed"),
     "drip": Expected(200, 504, "failed"),
     "reset": Expected(502, None, "failed"),

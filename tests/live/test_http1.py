@@ -101,3 +101,24 @@ def test_a_chunk_too_long_to_fill_is_not_ended() -> None:
     scanner = ChunkedScanner()
     scanner.feed(b"400\r\nab")
     assert scanner.closing_bytes(max_fill=100) is None
+
+
+@given(payloads=st.lists(st.binary(min_size=1, max_size=200), min_size=1, max_size=4),
+       cut=st.integers(min_value=0, max_value=1000), split=st.integers(min_value=0, max_value=1000))
+def test_a_read_that_breaks_the_framing_leaves_the_scanner_where_the_good_bytes_ended(
+        payloads: list[bytes], cut: int, split: int) -> None:
+    """The proxy forwards each read whole or not at all, so after a bad read the client's bytes end where
+    the last good read ended, between chunks or inside one; the scanner must still describe that point."""
+    good = b"".join(frame_chunk(p) for p in payloads)
+    fed = good[:min(cut, len(good))]
+    reference = ChunkedScanner()
+    reference.feed(fed)
+    scanner = ChunkedScanner()
+    middle = min(split, len(fed))
+    scanner.feed(fed[:middle])
+    scanner.feed(fed[middle:])
+    with pytest.raises(FramingError):  # no size line, chunk data or CRLF can take this
+        scanner.feed(b"\x00" * 300 + b"\n")
+    assert scanner.closing_bytes(max_fill=1 << 20) == reference.closing_bytes(max_fill=1 << 20)
+    assert scanner.at_boundary() is reference.at_boundary() and not scanner.done
+    assert scanner.feed(good[len(fed):] + b"0\r\n\r\n") == len(good) - len(fed) + 5 and scanner.done

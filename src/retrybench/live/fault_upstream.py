@@ -10,7 +10,7 @@ that is not hex. The request body's `stub` object picks the fault:
   `drip` (the stream's bytes one every `drip_ms`, 1000 by default), `status` (answer `status`,
   503 by default, in vLLM's form), `malformed_sse` (events that are not JSON, then a proper end),
   `invalid_json` (a whole 200 response that is not JSON), `bad_framing` (a chunk size that is not
-  hex).
+  hex), `bad_framing_mid_event` (half an event's chunk, then, in a later write, bytes that break it).
 - `after`: how many events go out before a mid-stream fault (2 by default).
 - `gate`: wait for `FaultUpstream.gate` before the fault (after the head and the `after` events
   where there are any), so that a test can attach retries first without depending on timing.
@@ -38,7 +38,10 @@ from retrybench.live.http1 import frame_chunk
 __all__ = ["FAULTS", "FaultUpstream"]
 
 FAULTS = ("close", "close_mid_event", "reset", "hang_before_head", "hang", "drip", "status", "malformed_sse",
-          "invalid_json", "bad_framing")
+          "invalid_json", "bad_framing", "bad_framing_mid_event")
+# Between the two writes of `bad_framing_mid_event`, so that the proxy most likely reads them apart; the
+# outcome must be the same if it reads them at once.
+_SPLIT_S = 0.05
 _EVENT = b'data: {"id":"cmpl-fault","object":"text_completion","choices":[{"index":0,"text":" tok"}]}\n\n'
 _DONE = b"data: [DONE]\n\n"
 _STREAM_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
@@ -184,6 +187,13 @@ class FaultUpstream:
             writer.close()
         elif fault == "bad_framing":
             writer.write(b"zz\r\n" + _EVENT + b"\r\n")
+            await self._hold(reader)
+        elif fault == "bad_framing_mid_event":
+            framed = frame_chunk(_EVENT)
+            writer.write(framed[:len(framed) // 2])
+            await writer.drain()
+            await asyncio.sleep(_SPLIT_S)
+            writer.write(framed[len(framed) // 2:-2] + b"XX")  # the rest of its data, not followed by CRLF
             await self._hold(reader)
         elif fault == "malformed_sse":
             writer.write(frame_chunk(b"data: {not json\n\n") + frame_chunk(b"garbage without a field\n\n")

@@ -68,7 +68,8 @@ class ChunkedScanner:
     """Where a chunked body ends, fed the body's bytes in any pieces; optionally its payload.
 
     `feed` runs once per streamed chunk, so its common case (a read holding whole chunks) is
-    tested first and takes the fewest steps."""
+    tested first and takes the fewest steps. A read that breaks the framing leaves the scanner as it
+    was before that read, so `closing_bytes` still describes the bytes fed (and forwarded) before it."""
 
     __slots__ = ("_line", "_need", "_state", "done")
 
@@ -91,6 +92,16 @@ class ChunkedScanner:
                     size = 0
                 if size > 0 and newline + size + 3 == end:
                     return end
+        before = (self._state, self._need, self._line)
+        try:
+            return self._scan(data, payload)
+        except FramingError:
+            self._state, self._need, self._line = before
+            raise
+
+    def _scan(self, data: bytes, payload: list[bytes] | None) -> int:
+        """`feed`'s general case: the bytes state by state."""
+        end = len(data)
         pos = 0
         while pos < end:
             state = self._state

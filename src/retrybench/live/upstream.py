@@ -112,7 +112,7 @@ class _Connection(asyncio.Protocol):
                     return
             self._read_body(data, sink)
         except FramingError as error:
-            self._end(f"bad upstream framing: {error}", framing_broken=True)
+            self._end(f"bad upstream framing: {error}")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -215,29 +215,17 @@ class _Connection(asyncio.Protocol):
         if self._remaining == 0:
             self._end(None)
 
-    def _end(self, error: str | None, framing_broken: bool = False) -> None:
+    def _end(self, error: str | None) -> None:
         sink, self.sink, self.direct = self.sink, None, None
         head = self._head
         if error is None and head is not None and head.keep_alive and not self.closed:
             self.pool.release(self)
         elif not self.closed:
             self.close()
-        if error is not None and self._scanner is not None:
-            self.tail_fix = _rescan_tail(self.last_body) if framing_broken else self._scanner.closing_bytes(MAX_FILLER)
+        if error is not None and self._scanner is not None:  # a read that broke the framing was not forwarded
+            self.tail_fix = self._scanner.closing_bytes(MAX_FILLER)
         if sink is not None:
             sink.on_end(error)
-
-
-def _rescan_tail(last_body: bytes) -> bytes | None:
-    """Where the forwarded body ended when a read broke the framing (that read was not forwarded, and
-    the scanner's state is past it): the last forwarded read, scanned from a chunk boundary, must end
-    on one; anything else is not known."""
-    scanner = ChunkedScanner()
-    try:
-        scanner.feed(last_body)
-    except FramingError:
-        return None
-    return b"" if scanner.at_boundary() and not scanner.done else None
 
 
 class UpstreamPool:
