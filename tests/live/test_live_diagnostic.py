@@ -39,9 +39,7 @@ pytestmark = [pytest.mark.live, pytest.mark.diagnostic,
 
 _RUNS: dict[str, tuple[LiveRun, Metrics, Metrics]] = {}
 QUIET_IDLE = 0.8  # of all cores
-# At most this long: on two workers the other one has minutes of tests of its own, so a long wait seldom
-# finds a quiet machine and leaves this worker idle meanwhile (the runs then start beside a busy worker).
-QUIET_WAIT_S = 30.0
+QUIET_WAIT_S = 240.0
 
 
 def _idle_fraction(window_s: float = 1.0) -> float:
