@@ -338,8 +338,7 @@ class ProxyServer:
         self._calls_seen = 0
         self._timers: dict[tuple[float, int], asyncio.Handle] = {}  # (due, execution) -> handle
         self._session: aiohttp.ClientSession | None = None  # for scraping the engine's /metrics
-        self._pool: UpstreamPool | None = None  # for executions (the only upstream's, or the first's)
-        self._pools: list[UpstreamPool] = []  # one per upstream
+        self._pools: list[UpstreamPool] = []  # one per upstream, opened by start()
         self._waiting = [0] * len(self.upstreams)  # each upstream's waiting gauge as last scraped
         self._runner: web.AppRunner | None = None
         self._scraper: asyncio.Task[None] | None = None
@@ -368,7 +367,6 @@ class ProxyServer:
         self._pools = [UpstreamPool(url, connect_timeout_s=settings.upstream_connect_timeout_s,
                                     idle_timeout_s=None if idle_s is None else idle_s * settings.time_scale)
                        for url in self.upstreams]
-        self._pool = self._pools[0]
         self._runner, bound = await start_app(self.app(), host, port, reuse_address=True)
         self._scraper = asyncio.create_task(self._housekeeping())
         return bound
@@ -638,8 +636,7 @@ class ProxyServer:
         self._apply(actions)
 
     def _dispatch(self, relay: Relay) -> None:
-        pool = self._pool if self.router is None else self._route(relay)
-        assert pool is not None
+        pool = self._pools[0] if self.router is None else self._route(relay)
         relay.pool = pool
         relay.ended = asyncio.get_running_loop().create_future()
         request = pool.request_bytes("POST", relay.path, relay.headers, relay.body)
