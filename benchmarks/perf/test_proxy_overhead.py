@@ -14,11 +14,13 @@ judged against the upstream's own (direct), its CPU per streamed chunk against n
 reference proxy. The printed table has the absolute figures beside the ratios (and so does
 proxy-overhead.json under pytest's basetemp).
 
-Run-to-run noise on a shared machine is larger than the margins involved, so the one-stream and
-50-stream scenarios are measured `REPEATS` times, interleaved: one stream alternates between the
-routes request by request; the 50-stream runs go route after route (direct, nginx, retrybench),
-then again. TTFT figures are percentiles over every repeat's requests; CPU per chunk is the median
-of the per-repeat figures. Every repeat is in the table.
+Run-to-run noise on a shared machine is larger than the margins involved, so the scenarios are
+measured several times, interleaved: one stream alternates between the routes request by request; the
+50-stream runs go route after route (direct, nginx, retrybench), then again. The one-stream TTFT and the
+long streams' CPU per chunk (the ratio nearest its target) are measured `REPEATS` times; TTFT under load
+(`LOADED`), `LOADED_REPEATS` times, as its p99 is pooled over every request of those repeats and sits
+well inside its target in each. TTFT figures are percentiles over the repeats' requests; CPU per chunk
+is the median of the per-repeat figures. Every repeat is in the table.
 
 CPU per chunk is read from the long streams directly, not solved from the 200- and 50-chunk runs
 (cpu = a * requests + b * chunks): that solve triples the noise of the 200-chunk run's figure (the
@@ -52,6 +54,10 @@ ROUTES = ["direct", "nginx", "retrybench"]
 LOADED = ("fifty_streams", "fifty_short_streams")  # repeated: TTFT under load; the short one gives per-request CPU
 PER_CHUNK = "fifty_long_streams"  # repeated, on the proxies: CPU per chunk
 REPEATS = 7  # with five, one fresh-clone CI run in three read 1.58x (a whole-module run here: 1.465x)
+# TTFT under load: its p99, pooled over every request of these repeats (about 800 each), read 1.4x direct's
+# against the 2.0x target with seven repeats (1.2-1.7x in single ones), and 1.55x with four on a machine
+# running other work (1.30-2.05x in single ones). Each repeat more adds about 42 s to CI.
+LOADED_REPEATS = 4
 
 # The targets: the proxy's figure over the reference's, from REPEATS interleaved repeats. Measured
 # (this module, same code): "quiet" is a machine without the busy loop, "hog" with one holding a core.
@@ -125,15 +131,20 @@ def test_stream_through(benchmark: Any, started: dict[str, Route], route_name: s
     _assert_streamed(route_name, scenario, stats)
 
 
+def _scenarios_of(route_name: str, repeat: int) -> list[str]:
+    """What one repeat measures on one route: TTFT under load in the first LOADED_REPEATS, CPU per chunk
+    (the proxies only) in every one."""
+    return [*(LOADED if repeat <= LOADED_REPEATS else ()), *((PER_CHUNK,) if route_name != "direct" else ())]
+
+
 # Further repeats of the 50-stream scenarios, interleaved route by route.
-@pytest.mark.parametrize("route_name", ROUTES)
-@pytest.mark.parametrize("repeat", range(2, REPEATS + 1))
+@pytest.mark.parametrize(("repeat", "route_name"), [(repeat, name) for repeat in range(2, REPEATS + 1)
+                                                    for name in ROUTES if _scenarios_of(name, repeat)])
 def test_repeat(benchmark: Any, started: dict[str, Route], route_name: str, repeat: int) -> None:
     route = _route(started, route_name)
 
     def loaded() -> dict[str, StreamStats]:
-        names = [*LOADED, PER_CHUNK] if route_name != "direct" else LOADED
-        return {name: measure(route, **SCENARIOS[name]) for name in names}
+        return {name: measure(route, **SCENARIOS[name]) for name in _scenarios_of(route_name, repeat)}
 
     runs = benchmark.pedantic(loaded, rounds=1, iterations=1)
     for name, stats in runs.items():
@@ -141,12 +152,16 @@ def test_repeat(benchmark: Any, started: dict[str, Route], route_name: str, repe
     RESULTS.setdefault(route_name, {}).setdefault(repeat, {}).update(runs)
 
 
-def _cpu_us(repeat: dict[str, StreamStats]) -> tuple[float, float]:
-    """CPU per chunk (the long streams') and per request (what the short streams used beyond their
-    chunks' share), in us."""
-    long, short = repeat[PER_CHUNK], repeat["fifty_short_streams"]
-    per_chunk = long.cpu_s / long.chunks
-    return 1e6 * per_chunk, 1e6 * (short.cpu_s - per_chunk * short.chunks) / len(short.ttft_ms)
+def _cpu_us_per_chunk(repeat: dict[str, StreamStats]) -> float:
+    """CPU per chunk, in us: the long streams'."""
+    long = repeat[PER_CHUNK]
+    return 1e6 * long.cpu_s / long.chunks
+
+
+def _cpu_us_per_request(repeat: dict[str, StreamStats]) -> float:
+    """CPU per request, in us: what the short streams used beyond their chunks' share."""
+    short = repeat["fifty_short_streams"]
+    return (1e6 * short.cpu_s - _cpu_us_per_chunk(repeat) * short.chunks) / len(short.ttft_ms)
 
 
 def _ttft(runs: list[StreamStats], percentile: float) -> float:
@@ -154,15 +169,18 @@ def _ttft(runs: list[StreamStats], percentile: float) -> float:
 
 
 def _figures(route: str, repeats: list[dict[str, StreamStats]]) -> dict[str, float]:
-    """TTFT percentiles over the requests of `repeats`, and (for a proxy) the median CPU figures."""
+    """TTFT percentiles over the requests of `repeats` (under load: of those that measured it), and
+    (for a proxy) the median CPU figures."""
     figures = {"ttft_p50_1_ms": _ttft([r["one_stream"] for r in repeats], 50),
-               "ttft_p99_1_ms": _ttft([r["one_stream"] for r in repeats], 99),
-               "ttft_p50_50_ms": _ttft([r[name] for r in repeats for name in LOADED], 50),
-               "ttft_p99_50_ms": _ttft([r[name] for r in repeats for name in LOADED], 99)}
+               "ttft_p99_1_ms": _ttft([r["one_stream"] for r in repeats], 99)}
+    loaded = [r[name] for r in repeats if LOADED[0] in r for name in LOADED]
+    if loaded:
+        figures |= {"ttft_p50_50_ms": _ttft(loaded, 50), "ttft_p99_50_ms": _ttft(loaded, 99)}
     if route != "direct":  # direct has no proxy process to measure
-        cpu = [_cpu_us(r) for r in repeats]
-        figures |= {"cpu_us_per_chunk": float(np.median([chunk for chunk, _ in cpu])),
-                    "cpu_us_per_request": float(np.median([request for _, request in cpu]))}
+        figures["cpu_us_per_chunk"] = float(np.median([_cpu_us_per_chunk(r) for r in repeats]))
+        per_request = [_cpu_us_per_request(r) for r in repeats if "fifty_short_streams" in r]
+        if per_request:
+            figures["cpu_us_per_request"] = float(np.median(per_request))
     return figures
 
 
@@ -175,9 +193,8 @@ def _table() -> dict[str, Any]:
     if _TABLE:
         return _TABLE
     wanted = [name for name in ROUTES if name != "nginx" or nginx_available()]
-    needed = {name: {"one_stream", *LOADED} | ({PER_CHUNK} if name != "direct" else set()) for name in wanted}
     missing = [f"{name} repeat {r}" for name in wanted for r in range(1, REPEATS + 1)
-               if not needed[name] <= set(RESULTS.get(name, {}).get(r, {}))]
+               if not {"one_stream", *_scenarios_of(name, r)} <= set(RESULTS.get(name, {}).get(r, {}))]
     if missing:
         pytest.skip(f"needs the measurements above (run the whole module); missing: {', '.join(missing)}")
     table: dict[str, Any] = {"repeats": REPEATS, "routes": {}, "ratios": {}}
@@ -263,10 +280,11 @@ def test_p99_time_to_first_token_at_fifty_streams_against_direct() -> None:
     table = _table()
     ours, direct = table["routes"]["retrybench"]["overall"], table["routes"]["direct"]["overall"]
     ratio = table["ratios"]["retrybench_vs_direct"]["ttft_p99_50_ms"]
-    per_repeat = [round(r["ttft_p99_50_ms"], 2) for r in table["ratios"]["retrybench_vs_direct"]["per_repeat"]]
+    per_repeat = [round(r["ttft_p99_50_ms"], 2) for r in table["ratios"]["retrybench_vs_direct"]["per_repeat"]
+                  if "ttft_p99_50_ms" in r]
     assert ratio <= TTFT_P99_FIFTY_STREAMS_VS_DIRECT, (
         f"p99 TTFT at 50 streams: proxy {ours['ttft_p99_50_ms']:.3f} ms, direct {direct['ttft_p99_50_ms']:.3f} ms "
-        f"(every request of {REPEATS} repeats): {ratio:.2f}x direct (per repeat {per_repeat}), over the "
+        f"(every request of {LOADED_REPEATS} repeats): {ratio:.2f}x direct (per repeat {per_repeat}), over the "
         f"{TTFT_P99_FIFTY_STREAMS_VS_DIRECT}x target")
 
 
