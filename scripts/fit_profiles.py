@@ -12,21 +12,28 @@ linear_scale is a model's departure from it (prior 1). per_seq_s and attention_e
 priors. No finding's outcome enters the fit. The H200 has no calibration figures in the paper, so
 it takes the H100's constants with its own memory size and bandwidth.
 
+With `--layer-profile CSV` (what scripts/profile_steps.py measured on this GPU, for any model's shapes),
+the fit reads the GEMM and elementwise costs from that table instead of the packaged H100 profile; with
+`--write` the table is stored beside fitted.toml, which names it, and every run then uses it.
+
 With `--gpu cpu --targets FILE`, the same three constants are fitted for vLLM's CPU build serving
 the tiny Llama, to a live calibration of that real engine (`retrybench calibrate --engine URL
 --token-scale S --time-scale T`, whose JSON FILE holds its C-hat and its median TTFT and E2E at
 the stage nearest 1.52/2.78 of C-hat, where the paper reports them), on the same scaled workload.
 
     python scripts/fit_profiles.py [--write]
+    python scripts/fit_profiles.py --layer-profile h100-qwen2.5-7b.csv [--write]
     python scripts/fit_profiles.py --gpu cpu --targets calibration.json [--write]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import sys
+import tempfile
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +42,8 @@ import numpy as np
 from scipy.optimize import minimize
 
 from retrybench.config import WorkloadSpec
-from retrybench.engine.profiles import StepCosts, profile_for
+from retrybench.engine.layer_table import LayerTable, format_layer_table, layer_table_from_steps
+from retrybench.engine.profiles import GPUS, MODELS, EngineProfile, StepCosts, profile_for
 from retrybench.live.calibrate import LATENCY_SHARE
 from retrybench.sim.calibrate import calibrate_repeated
 
@@ -55,12 +63,49 @@ def paper() -> dict[str, float]:
     return out
 
 
+def engine_profile(model: str, costs: StepCosts, gpu: str, layer_profile: str | None) -> EngineProfile:
+    """The profile the fit measures: fitted.toml's, with `costs` and, where given, another layer table."""
+    profile = profile_for(model, gpu, costs=costs)
+    if layer_profile is None:
+        return profile
+    return replace(profile, gpu=replace(profile.gpu, layer_profile=layer_profile))
+
+
 def measure(model: str, costs: StepCosts, gpu: str = "h100", token_scale: float = 1.0,
-            latency_rate: float = 1.52) -> tuple[float, float, float]:
+            latency_rate: float = 1.52, layer_profile: str | None = None) -> tuple[float, float, float]:
     """The repeated calibration (the mean over its traces), as every run uses it."""
     spec = WorkloadSpec(chat_calls_per_s=1.0).scaled(token_scale)
-    calibration = calibrate_repeated(profile_for(model, gpu, costs=costs), spec=spec, latency_rate=latency_rate)
+    calibration = calibrate_repeated(engine_profile(model, costs, gpu, layer_profile), spec=spec,
+                                     latency_rate=latency_rate)
     return calibration.chat_calls_per_s, calibration.median_ttft_s, calibration.median_e2e_s
+
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def table_from_step_profile(path: Path, gpu: str) -> tuple[str, LayerTable]:
+    """The model a profile_steps.py CSV measured and its layer table, read against `gpu`'s figures (the
+    CSV names its device but not its peaks, so the GPU it ran on is given)."""
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows:
+        raise SystemExit(f"{path} has no rows")
+    models, dtypes = sorted({row["model"] for row in rows}), sorted({row["dtype"] for row in rows})
+    if len(models) != 1 or len(dtypes) != 1 or models[0] not in MODELS or dtypes[0] not in DTYPE_BYTES:
+        raise SystemExit(f"{path}: expected one known model and dtype, found {models} in {dtypes}")
+    key, model = models[0], MODELS[models[0]]
+    devices = {row["device"] for row in rows}
+    if gpu not in GPUS or GPUS[gpu].layer_profile is None:
+        raise SystemExit(f"--layer-profile needs a GPU whose steps are read from a table, not {gpu!r}")
+    print(f"layer table from {path}: {key} measured on {', '.join(sorted(devices))}, read as the {GPUS[gpu].name}")
+    try:
+        table = layer_table_from_steps(rows, peak_flops=GPUS[gpu].bf16_flops_per_s,
+                                       bandwidth=GPUS[gpu].bandwidth_bytes_per_s, hidden=model.hidden,
+                                       intermediate=model.intermediate, layer_params=model.layer_params // model.layers,
+                                       dtype_bytes=DTYPE_BYTES[dtypes[0]])
+    except ValueError as error:
+        raise SystemExit(f"{path}: {error}") from error
+    return key, table
 
 
 def shared(x: list[float], priors: dict[str, float] = PRIORS) -> StepCosts:
@@ -71,12 +116,12 @@ def shared(x: list[float], priors: dict[str, float] = PRIORS) -> StepCosts:
 
 def fit_primary(goal: dict[str, float], evals: int, model: str = PRIMARY, gpu: str = "h100",
                 token_scale: float = 1.0, start: tuple[float, float, float] = (3e-5, 1.0, 0.85),
-                priors: dict[str, float] = PRIORS) -> StepCosts:
+                priors: dict[str, float] = PRIORS, layer_profile: str | None = None) -> StepCosts:
     latency_rate = LATENCY_SHARE * goal[model] if gpu == "cpu" else 1.52
 
     def loss(x: list[float]) -> float:
         try:
-            chat, ttft, e2e = measure(model, shared(list(x), priors), gpu, token_scale, latency_rate)
+            chat, ttft, e2e = measure(model, shared(list(x), priors), gpu, token_scale, latency_rate, layer_profile)
         except ValueError as error:  # no stage saturated: far too fast
             print(f"  {error}", flush=True)
             return 1e3
@@ -91,12 +136,12 @@ def fit_primary(goal: dict[str, float], evals: int, model: str = PRIMARY, gpu: s
     return shared(list(result.x), priors)
 
 
-def fit_linear_scale(model: str, base: StepCosts, target: float) -> float:
+def fit_linear_scale(model: str, base: StepCosts, target: float, layer_profile: str | None = None) -> float:
     """Bisection on log scale: a larger linear_scale means slower GEMMs, a lower C-hat."""
     low, high = math.log(0.4), math.log(2.5)
     for _ in range(11):
         mid = (low + high) / 2
-        chat = measure(model, replace(base, linear_scale=math.exp(mid)))[0]
+        chat = measure(model, replace(base, linear_scale=math.exp(mid)), layer_profile=layer_profile)[0]
         print(f"{model} linear_scale={math.exp(mid):.4f} chat={chat:.3f}", flush=True)
         low, high = (low, mid) if chat < target else (mid, high)
     return math.exp((low + high) / 2)
@@ -158,14 +203,16 @@ def fit_cpu(targets: Path, trace: Path, evals: int, write: bool) -> int:
     return 0
 
 
-def write_section(gpu: str, costs: StepCosts, effs: dict[str, float], comment: list[str]) -> None:
+def write_section(gpu: str, costs: StepCosts, effs: dict[str, float], comment: list[str],
+                  layer_profile: str | None = None) -> None:
     """Replace one GPU's tables in fitted.toml, keeping the others."""
     text = FITTED.read_text()
     blocks = text.split("\n\n")
     kept = [b for b in blocks if f"[gpu.{gpu}]" not in b and f"[gpu.{gpu}.linear_scale]" not in b
             and not (b.startswith("#") and f"[gpu.{gpu}]" in b)]
     section = [*comment, f"[gpu.{gpu}]", f"fixed_s = {costs.fixed_s:.6g}", f"per_seq_s = {costs.per_seq_s:.6g}",
-               f"attention_eff = {costs.attention_eff:.6g}", f"memory_eff = {costs.memory_eff:.6g}", "",
+               f"attention_eff = {costs.attention_eff:.6g}", f"memory_eff = {costs.memory_eff:.6g}",
+               *([f'layer_profile = "{layer_profile}"'] if layer_profile else []), "",
                f"[gpu.{gpu}.linear_scale]", *[f'"{model}" = {eff:.6g}' for model, eff in effs.items()]]
     FITTED.write_text("\n\n".join(b.strip("\n") for b in [*kept, "\n".join(section)]) + "\n")
     print(f"wrote [gpu.{gpu}] to {FITTED}")
@@ -178,27 +225,50 @@ def main() -> int:
     parser.add_argument("--gpu", choices=("h100", "cpu"), default="h100")
     parser.add_argument("--targets", type=Path, help="--gpu cpu: the JSON of a live calibration")
     parser.add_argument("--trace", type=Path, help="--gpu cpu: the engine trace of that calibration")
+    parser.add_argument("--layer-profile", type=Path,
+                        help="a CSV of scripts/profile_steps.py measured on this GPU: fit over its GEMM and "
+                             "elementwise costs instead of the packaged H100 profile")
     args = parser.parse_args()
     if args.gpu == "cpu":
         if args.targets is None or args.trace is None:
             parser.error("--gpu cpu needs --targets (the JSON `retrybench calibrate --engine URL` prints) and "
                          "--trace (the tracing plugin's trace of that calibration)")
         return fit_cpu(args.targets, args.trace, args.max_evals, args.write)
+    if args.gpu == "cpu" and args.layer_profile is not None:
+        parser.error("--layer-profile is for a GPU's fit: the CPU build's steps are a plain roofline")
+    layer_profile, comment = None, H100_COMMENT
+    if args.layer_profile is not None:
+        measured, table = table_from_step_profile(args.layer_profile, args.gpu)
+        stored = FITTED.parent / f"{args.gpu}_{measured}_layer_ms.csv"
+        text = format_layer_table(table, [f"Measured by scripts/profile_steps.py ({args.layer_profile.name}), "
+                                          f"{measured}'s layer shapes, read as the {GPUS[args.gpu].name}."])
+        if args.write:
+            stored.write_text(text)
+            layer_profile = stored.name
+        else:
+            scratch = Path(tempfile.mkdtemp()) / stored.name
+            scratch.write_text(text)
+            layer_profile = str(scratch)
+        comment = [line.replace("engine/h100_llama2_7b_layer_ms.csv, Vidur's H100", f"engine/{stored.name}, measured")
+                   .replace("operator profile; linear_scale 1 is that profile as measured for Llama-2-7B's shapes",
+                            f"on this GPU; linear_scale 1 is the table as measured for {measured}'s shapes")
+                   for line in H100_COMMENT]
     goal = paper()
-    base = fit_primary(goal, args.max_evals)
+    base = fit_primary(goal, args.max_evals, layer_profile=layer_profile)
     effs = {PRIMARY: base.linear_scale}
     for model in OTHERS:
-        effs[model] = fit_linear_scale(model, base, goal[model])
+        effs[model] = fit_linear_scale(model, base, goal[model], layer_profile)
     print("fitted:", base, effs)
     for model, eff in effs.items():
-        chat, ttft, e2e = measure(model, replace(base, linear_scale=eff))
+        chat, ttft, e2e = measure(model, replace(base, linear_scale=eff), layer_profile=layer_profile)
         print(f"  {model:24s} C-hat paper {goal[model]:.3f} model {chat:.3f} ({100 * (chat / goal[model] - 1):+.1f}%)")
         if model == PRIMARY:
             print(f"  {'':24s} TTFT paper {goal['ttft']:.3f} model {ttft:.3f};"
                   f" E2E paper {goal['e2e']:.2f} model {e2e:.2f}")
     if args.write:
-        write_section("h100", base, effs, H100_COMMENT)
-        write_section("h200", base, effs, ["# The H200 takes the H100's constants (the paper has no H200 figures)."])
+        write_section("h100", base, effs, comment, layer_profile)
+        write_section("h200", base, effs, ["# The H200 takes the H100's constants (the paper has no H200 figures)."],
+                      layer_profile)
     return 0
 
 

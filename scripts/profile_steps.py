@@ -2,11 +2,16 @@
 random weights: a step-cost table measured on real hardware, for the engine model's priors.
 
 A forward pass runs its phases one after another, so each is timed on its own: the linear layers (QKV,
-output, gate-up and down projections) at prefill token counts, prefill attention over a chunk, decode
-attention of a batch at several context lengths (a read of the KV cache), and the LM head. Each row of the
-CSV gives the phase, its shape, the median seconds over repetitions, and the FLOPs and bytes it moves, so
-that a fit can read an efficiency per token count instead of assuming one. Needs PyTorch only (no vLLM);
-CUDA in bf16 where present, else the CPU in float32.
+output, gate-up and down projections) and the elementwise ops (residual adds and RMSNorms, the MLP's
+activation) at prefill token counts, prefill attention over a chunk, decode attention of a batch at
+several context lengths (a read of the KV cache), and the LM head. Each row of the CSV gives the phase,
+its shape, the median seconds over repetitions, and the FLOPs and bytes it moves, so that a fit can read
+an efficiency per token count instead of assuming one. Needs PyTorch only (no vLLM); CUDA in bf16 where
+present, else the CPU in float32. PyTorch runs the elementwise ops as separate kernels where vLLM fuses
+them, so those rows are an upper bound.
+
+`scripts/fit_profiles.py --layer-profile CSV` fits the step-cost constants over this table (its linear
+and elementwise rows) instead of the packaged H100 profile.
 
     python scripts/profile_steps.py --model qwen2.5-7b-instruct --out h200-qwen2.5-7b.csv
     python scripts/profile_steps.py --model tiny-llama --quick --out tiny.csv     # seconds, on a CPU
@@ -80,6 +85,23 @@ def profile(m: ModelSpec, key: str, device: torch.device, dtype: torch.dtype, qu
             seconds = timed(lambda x=x, w=weight: F.linear(x, w), reps)
             yield {**base, "phase": name, "tokens": tokens, "batch": 1, "context": 0, "seconds": seconds,
                    "flops": 2 * tokens * n_in * n_out, "bytes": size * (n_in * n_out + tokens * (n_in + n_out))}
+    norm_weight = torch.ones(m.hidden, device=device, dtype=dtype)
+    for tokens in prefill:  # per layer: a residual add and an RMSNorm before attention and again before the MLP
+        x = torch.randn(tokens, m.hidden, device=device, dtype=dtype)
+        residual = torch.randn(tokens, m.hidden, device=device, dtype=dtype)
+
+        def hidden_ops(x: torch.Tensor = x, residual: torch.Tensor = residual) -> None:
+            for _ in range(2):
+                F.rms_norm(x + residual, (m.hidden,), norm_weight, 1e-6)
+
+        yield {**base, "phase": "elementwise_hidden", "tokens": tokens, "batch": 1, "context": 0,
+               "seconds": timed(hidden_ops, reps), "flops": 2 * 5 * tokens * m.hidden,
+               "bytes": size * 2 * 5 * tokens * m.hidden}
+    for tokens in prefill:  # the MLP's activation: SiLU of the gate times the up projection
+        gate_up = torch.randn(tokens, 2 * m.intermediate, device=device, dtype=dtype)
+        seconds = timed(lambda g=gate_up: F.silu(g[:, :m.intermediate]) * g[:, m.intermediate:], reps)
+        yield {**base, "phase": "mlp_activation", "tokens": tokens, "batch": 1, "context": 0, "seconds": seconds,
+               "flops": 5 * tokens * m.intermediate, "bytes": size * 3 * tokens * m.intermediate}
     for tokens in prefill:  # a prompt chunk attending to itself (no earlier context)
         q = torch.randn(1, m.heads, tokens, m.head_dim, device=device, dtype=dtype)
         kv = torch.randn(1, m.heads, tokens, m.head_dim, device=device, dtype=dtype)

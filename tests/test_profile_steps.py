@@ -6,13 +6,17 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from retrybench.engine.layer_table import format_layer_table, layer_table_from_steps
+from retrybench.engine.profiles import profile_for
+
 REPO = Path(__file__).resolve().parents[1]
-PHASES = {"linear_qkv", "linear_out", "linear_gate_up", "linear_down", "attention_prefill", "attention_decode",
-          "lm_head"}
+PHASES = {"linear_qkv", "linear_out", "linear_gate_up", "linear_down", "elementwise_hidden", "mlp_activation",
+          "attention_prefill", "attention_decode", "lm_head"}
 
 
 def _python_with_torch() -> str | None:
@@ -39,3 +43,14 @@ def test_the_profiler_writes_every_phase_with_its_work(tmp_path: Path) -> None:
     qkv = next(r for r in rows if r["phase"] == "linear_qkv" and r["tokens"] == "64")
     assert int(qkv["flops"]) == 2 * 64 * 256 * (4 + 2 * 4) * 64  # tokens x hidden x (q + k + v) x head_dim, x2
     assert {r["device"] for r in rows} == {"cpu"} and {r["dtype"] for r in rows} == {"float32"}
+    # What scripts/fit_profiles.py --layer-profile reads: a layer table, which a profile can step with.
+    table = layer_table_from_steps(rows, peak_flops=1e12, bandwidth=1e10, hidden=256, intermediate=512,
+                                   layer_params=4 * 256 * 256 + 3 * 256 * 512, dtype_bytes=4)
+    assert [row[0] for row in table.rows] == [16, 64, 256]
+    stored = tmp_path / "table.csv"
+    stored.write_text(format_layer_table(table))
+    base = profile_for("qwen2.5-7b-instruct", "h100")
+    measured = replace(base, gpu=replace(base.gpu, layer_profile=str(stored)))
+    step = measured.step_time_s(seqs=4, tokens=200, sampled=4, attention_pairs=0.0, context_tokens=0)
+    assert step > measured.costs.fixed_s and step != base.step_time_s(seqs=4, tokens=200, sampled=4,
+                                                                         attention_pairs=0.0, context_tokens=0)

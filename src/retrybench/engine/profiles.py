@@ -38,16 +38,16 @@ C-hat). per_seq_s and attention_eff are priors (see fitted.toml).
 from __future__ import annotations
 
 import bisect
-import csv
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from itertools import accumulate
 from typing import Any
 
 from retrybench.config import EngineConfig
+from retrybench.engine.layer_table import load_layer_table
 
 __all__ = ["GPUS", "MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts", "elementwise_s_per_token",
            "fitted_profiles", "gemm_roofline_ratios", "gemm_seconds", "profile_for"]
@@ -275,22 +275,8 @@ class EngineProfile:
         return step_time_s
 
 
-# The GPU and model of the measured layer profile: Vidur's H100 (SXM: its smallest steps read the weights
-# at 2.6 TB/s, beyond a PCIe card's 2.0) and Llama-2-7B (no GQA: 4 x 4096^2 + 3 x 4096 x 11008 per layer).
-PROFILED_PEAK_FLOPS = 989.4e12
-PROFILED_BANDWIDTH = 3.35e12
-PROFILED_HIDDEN, PROFILED_INTERMEDIATE = 4096, 11008
-PROFILED_LAYER_PARAMS = 4 * PROFILED_HIDDEN**2 + 3 * PROFILED_HIDDEN * PROFILED_INTERMEDIATE
 ELEMENTWISE_FROM_TOKENS = 1024  # where the per-token cost of the elementwise ops has flattened
 RATIO_TOKENS = 16_384  # ratios are tabulated per token count up to this; beyond, the last holds
-
-
-@cache
-def _layer_profile(name: str) -> tuple[tuple[int, float, float, float], ...]:
-    """(tokens, linear ms, hidden-sized elementwise ms, MLP activation ms) per layer, by token count."""
-    text = (resources.files("retrybench") / "engine" / name).read_text()
-    return tuple((int(row["tokens"]), float(row["linear_ms"]), float(row["hidden_elementwise_ms"]),
-                  float(row["mlp_activation_ms"])) for row in csv.DictReader(text.splitlines()))
 
 
 @cache
@@ -307,19 +293,20 @@ def gemm_seconds(ratio: tuple[float, ...], flop_s: float, read_s: float) -> tupl
 def gemm_roofline_ratios(profile: str | None, ridge_tokens: float) -> tuple[float, ...]:
     """Measured GEMM time over its roofline time, for 0..RATIO_TOKENS tokens on a GPU whose ridge point
     (peak FLOPs / bandwidth: the token count where a GEMM's FLOPs and weight read take as long) is
-    `ridge_tokens`. The profile is read at the same share of its own GPU's ridge point; linear between
-    its rows, flat beyond its ends. Without a profile, the plain roofline (1)."""
+    `ridge_tokens`. The layer table (`profile`, see engine/layer_table.py) is read at the same share of
+    its own GPU's ridge point; linear between its rows, flat beyond its ends. Without one, the plain
+    roofline (1)."""
     if profile is None:
         return (1.0,) * (RATIO_TOKENS + 1)
-    rows = _layer_profile(profile)
-    tokens = [row[0] for row in rows]
+    table = load_layer_table(profile)
+    tokens = [row[0] for row in table.rows]
     # A step is never slower than the next larger measured one: it could be padded to it (vLLM pads
     # to its CUDA-graph sizes). The suffix minimum also irons out single medians' tile-size noise.
-    measured = list(accumulate((row[1] * 1e-3 for row in reversed(rows)), min))[::-1]
-    weight_read_s = 2.0 * PROFILED_LAYER_PARAMS / PROFILED_BANDWIDTH
-    roofline = [max(2.0 * PROFILED_LAYER_PARAMS * n / PROFILED_PEAK_FLOPS, weight_read_s) for n in tokens]
+    measured = list(accumulate((row[1] * 1e-3 for row in reversed(table.rows)), min))[::-1]
+    weight_read_s = table.dtype_bytes * table.layer_params / table.bandwidth
+    roofline = [max(2.0 * table.layer_params * n / table.peak_flops, weight_read_s) for n in tokens]
     ratios = [m / r for m, r in zip(measured, roofline, strict=True)]
-    to_profiled = (PROFILED_PEAK_FLOPS / PROFILED_BANDWIDTH) / ridge_tokens
+    to_profiled = (table.peak_flops / table.bandwidth) / ridge_tokens
 
     def at(n: int) -> float:
         x = max(n, 1) * to_profiled
@@ -336,15 +323,17 @@ def gemm_roofline_ratios(profile: str | None, ridge_tokens: float) -> tuple[floa
 
 def elementwise_s_per_token(profile: str | None, hidden: int, intermediate: int, bandwidth: float) -> float:
     """Seconds a token a layer of the memory-bound elementwise ops (norms, rotary, residual adds scale
-    with the hidden size, the MLP's activation with its intermediate size), from the profile's rows of
-    ELEMENTWISE_FROM_TOKENS tokens and more, at this GPU's bandwidth. Without a profile, none."""
+    with the hidden size, the MLP's activation with its intermediate size), from the table's rows of
+    ELEMENTWISE_FROM_TOKENS tokens and more (its largest row where it has none), at this GPU's
+    bandwidth. Without a table, none."""
     if profile is None:
         return 0.0
-    rows = [row for row in _layer_profile(profile) if row[0] >= ELEMENTWISE_FROM_TOKENS]
+    table = load_layer_table(profile)
+    rows = [row for row in table.rows if row[0] >= ELEMENTWISE_FROM_TOKENS] or [table.rows[-1]]
     hidden_s = sum(row[2] * 1e-3 / row[0] for row in rows) / len(rows)
     activation_s = sum(row[3] * 1e-3 / row[0] for row in rows) / len(rows)
-    per_token = hidden_s * hidden / PROFILED_HIDDEN + activation_s * intermediate / PROFILED_INTERMEDIATE
-    return per_token * PROFILED_BANDWIDTH / bandwidth
+    per_token = hidden_s * hidden / table.hidden + activation_s * intermediate / table.intermediate
+    return per_token * table.bandwidth / bandwidth
 
 
 def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = None,
@@ -353,5 +342,9 @@ def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = Non
         raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
-    return EngineProfile(gpu_key=gpu, model_key=model, gpu=GPUS[gpu], model=MODELS[model],
-                         engine=engine or GPUS[gpu].engine_defaults(), costs=costs or fitted_costs(gpu, model))
+    spec = GPUS[gpu]
+    measured = _fitted()["gpu"].get(gpu, {}).get("layer_profile")
+    if measured is not None:  # a table measured on this GPU (scripts/fit_profiles.py --layer-profile)
+        spec = replace(spec, layer_profile=str(measured))
+    return EngineProfile(gpu_key=gpu, model_key=model, gpu=spec, model=MODELS[model],
+                         engine=engine or spec.engine_defaults(), costs=costs or fitted_costs(gpu, model))
