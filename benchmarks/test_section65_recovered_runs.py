@@ -7,20 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from findings import PRIMARY, Record, assert_claim, cases
+from findings import Record, assert_claim, cases
 from retrybench.claims import Case
 from retrybench.claims import section6 as claims
 
 pytestmark = pytest.mark.section65
 
-# Runs on which the simulator does not reproduce the claim, with what it measured (strict xfails).
-ABOVE_CAPACITY_RECOVERIES = {
-    (PRIMARY, 1, "queue-policy"): ("measured: the LIFO run recovered while creating executions at 1.0055 x C-hat "
-                                   "(0.9908 before the GEMM times were capped at every token count); every other "
-                                   "recovered run of the block created below C-hat"),
-}
 
 
-@pytest.mark.parametrize("case", cases(claims.RECOVERED_RUNS_BELOW_CAPACITY, ABOVE_CAPACITY_RECOVERIES))
+@pytest.mark.parametrize("case", cases(claims.RECOVERED_RUNS_BELOW_CAPACITY))
 def test_every_recovered_run_created_executions_below_capacity(case: Case, record: Record) -> None:
     assert_claim(case, record)

@@ -24,7 +24,7 @@ from retrybench.workload import concat_calls, stage_trace
 
 __all__ = ["CALIBRATION_SEEDS", "RepeatedCalibration", "average_calibrations", "calibrate", "calibrate_repeated"]
 
-# One 300-s stage carries Poisson noise of several percent in C-hat (about +-8% here over seeds), so
+# One 300-s stage carries noise of a few percent in C-hat (a standard deviation of 1.7% over ten traces), so
 # the calibration is repeated on independent traces and averaged.
 CALIBRATION_SEEDS = 5
 
