@@ -229,13 +229,13 @@ def main() -> int:
                         help="a CSV of scripts/profile_steps.py measured on this GPU: fit over its GEMM and "
                              "elementwise costs instead of the packaged H100 profile")
     args = parser.parse_args()
+    if args.gpu == "cpu" and args.layer_profile is not None:
+        parser.error("--layer-profile is for a GPU's fit: the CPU build's steps are a plain roofline")
     if args.gpu == "cpu":
         if args.targets is None or args.trace is None:
             parser.error("--gpu cpu needs --targets (the JSON `retrybench calibrate --engine URL` prints) and "
                          "--trace (the tracing plugin's trace of that calibration)")
         return fit_cpu(args.targets, args.trace, args.max_evals, args.write)
-    if args.gpu == "cpu" and args.layer_profile is not None:
-        parser.error("--layer-profile is for a GPU's fit: the CPU build's steps are a plain roofline")
     layer_profile, comment = None, H100_COMMENT
     if args.layer_profile is not None:
         measured, table = table_from_step_profile(args.layer_profile, args.gpu)
