@@ -33,7 +33,7 @@ import csv
 import json
 import math
 import sys
-import tempfile
+import textwrap
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -63,7 +63,7 @@ def paper() -> dict[str, float]:
     return out
 
 
-def engine_profile(model: str, costs: StepCosts, gpu: str, layer_profile: str | None) -> EngineProfile:
+def engine_profile(model: str, costs: StepCosts, gpu: str, layer_profile: LayerTable | None) -> EngineProfile:
     """The profile the fit measures: fitted.toml's, with `costs` and, where given, another layer table."""
     profile = profile_for(model, gpu, costs=costs)
     if layer_profile is None:
@@ -72,7 +72,7 @@ def engine_profile(model: str, costs: StepCosts, gpu: str, layer_profile: str | 
 
 
 def measure(model: str, costs: StepCosts, gpu: str = "h100", token_scale: float = 1.0,
-            latency_rate: float = 1.52, layer_profile: str | None = None) -> tuple[float, float, float]:
+            latency_rate: float = 1.52, layer_profile: LayerTable | None = None) -> tuple[float, float, float]:
     """The repeated calibration (the mean over its traces), as every run uses it."""
     spec = WorkloadSpec(chat_calls_per_s=1.0).scaled(token_scale)
     calibration = calibrate_repeated(engine_profile(model, costs, gpu, layer_profile), spec=spec,
@@ -116,7 +116,7 @@ def shared(x: list[float], priors: dict[str, float] = PRIORS) -> StepCosts:
 
 def fit_primary(goal: dict[str, float], evals: int, model: str = PRIMARY, gpu: str = "h100",
                 token_scale: float = 1.0, start: tuple[float, float, float] = (3e-5, 1.0, 0.85),
-                priors: dict[str, float] = PRIORS, layer_profile: str | None = None) -> StepCosts:
+                priors: dict[str, float] = PRIORS, layer_profile: LayerTable | None = None) -> StepCosts:
     latency_rate = LATENCY_SHARE * goal[model] if gpu == "cpu" else 1.52
 
     def loss(x: list[float]) -> float:
@@ -136,7 +136,8 @@ def fit_primary(goal: dict[str, float], evals: int, model: str = PRIMARY, gpu: s
     return shared(list(result.x), priors)
 
 
-def fit_linear_scale(model: str, base: StepCosts, target: float, layer_profile: str | None = None) -> float:
+def fit_linear_scale(model: str, base: StepCosts, target: float,
+                     layer_profile: LayerTable | None = None) -> float:
     """Bisection on log scale: a larger linear_scale means slower GEMMs, a lower C-hat."""
     low, high = math.log(0.4), math.log(2.5)
     for _ in range(11):
@@ -147,15 +148,19 @@ def fit_linear_scale(model: str, base: StepCosts, target: float, layer_profile: 
     return math.exp((low + high) / 2)
 
 
-H100_COMMENT = [
-    "# Step-cost constants of the H100, written by scripts/fit_profiles.py from the paper's calibration",
-    "# figures only (Section 3.2): fixed_s, memory_eff (of KV reads) and each model's linear_scale.",
-    "# Priors, not fitted: the GEMM and elementwise costs (engine/h100_llama2_7b_layer_ms.csv, Vidur's H100",
-    "# operator profile; linear_scale 1 is that profile as measured for Llama-2-7B's shapes); per_seq_s, 20 us",
-    "# of host work per scheduled request that asynchronous scheduling does not hide (Vidur's cpu_overheads",
-    "# for vLLM V0, whose scheduling is synchronous: 43 us per sequence); attention_eff 0.5 of the bf16 peak",
-    "# (FlashAttention-2 reaches about 0.35 of an H100's, FlashAttention-3 0.6-0.75, in their papers).",
-]
+VIDUR_TABLE = ("engine/h100_llama2_7b_layer_ms.csv, Vidur's H100 operator profile; linear_scale 1 is that profile "
+               "as measured for Llama-2-7B's shapes")
+
+
+def h100_comment(table: str = VIDUR_TABLE) -> list[str]:
+    """fitted.toml's comment on the H100's constants, naming the layer table they were fitted over."""
+    text = ("Step-cost constants of the H100, written by scripts/fit_profiles.py from the paper's calibration "
+            "figures only (Section 3.2): fixed_s, memory_eff (of KV reads) and each model's linear_scale. "
+            f"Priors, not fitted: the GEMM and elementwise costs ({table}); per_seq_s, 20 us of host work per "
+            "scheduled request that asynchronous scheduling does not hide (Vidur's cpu_overheads for vLLM V0, "
+            "whose scheduling is synchronous: 43 us per sequence); attention_eff 0.5 of the bf16 peak "
+            "(FlashAttention-2 reaches about 0.35 of an H100's, FlashAttention-3 0.6-0.75, in their papers).")
+    return [f"# {line}" for line in textwrap.wrap(text, 104)]
 
 CPU_MODEL = "tiny-llama"
 
@@ -236,23 +241,12 @@ def main() -> int:
             parser.error("--gpu cpu needs --targets (the JSON `retrybench calibrate --engine URL` prints) and "
                          "--trace (the tracing plugin's trace of that calibration)")
         return fit_cpu(args.targets, args.trace, args.max_evals, args.write)
-    layer_profile, comment = None, H100_COMMENT
+    layer_profile, stored, comment = None, None, h100_comment()
     if args.layer_profile is not None:
-        measured, table = table_from_step_profile(args.layer_profile, args.gpu)
+        measured, layer_profile = table_from_step_profile(args.layer_profile, args.gpu)
         stored = FITTED.parent / f"{args.gpu}_{measured}_layer_ms.csv"
-        text = format_layer_table(table, [f"Measured by scripts/profile_steps.py ({args.layer_profile.name}), "
-                                          f"{measured}'s layer shapes, read as the {GPUS[args.gpu].name}."])
-        if args.write:
-            stored.write_text(text)
-            layer_profile = stored.name
-        else:
-            scratch = Path(tempfile.mkdtemp()) / stored.name
-            scratch.write_text(text)
-            layer_profile = str(scratch)
-        comment = [line.replace("engine/h100_llama2_7b_layer_ms.csv, Vidur's H100", f"engine/{stored.name}, measured")
-                   .replace("operator profile; linear_scale 1 is that profile as measured for Llama-2-7B's shapes",
-                            f"on this GPU; linear_scale 1 is the table as measured for {measured}'s shapes")
-                   for line in H100_COMMENT]
+        comment = h100_comment(f"engine/{stored.name}, measured on this GPU; linear_scale 1 is the table as measured "
+                               f"for {measured}'s shapes")
     goal = paper()
     base = fit_primary(goal, args.max_evals, layer_profile=layer_profile)
     effs = {PRIMARY: base.linear_scale}
@@ -266,9 +260,14 @@ def main() -> int:
             print(f"  {'':24s} TTFT paper {goal['ttft']:.3f} model {ttft:.3f};"
                   f" E2E paper {goal['e2e']:.2f} model {e2e:.2f}")
     if args.write:
-        write_section("h100", base, effs, comment, layer_profile)
+        if layer_profile is not None and stored is not None:
+            stored.write_text(format_layer_table(layer_profile, [
+                f"Measured by scripts/profile_steps.py ({args.layer_profile.name}), read as the "
+                f"{GPUS[args.gpu].name}."]))
+        name = stored.name if stored is not None else None
+        write_section("h100", base, effs, comment, name)
         write_section("h200", base, effs, ["# The H200 takes the H100's constants (the paper has no H200 figures)."],
-                      layer_profile)
+                      name)
     return 0
 
 

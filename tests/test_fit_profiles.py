@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from retrybench.engine import profiles
-from retrybench.engine.layer_table import LINEAR_PHASES, load_layer_table
+from retrybench.engine.layer_table import LINEAR_PHASES
 from retrybench.engine.profiles import GPUS, MODELS, fitted_costs, profile_for
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fit_profiles.py"
 PHASES = (*LINEAR_PHASES, "elementwise_hidden", "mlp_activation", "attention_prefill")
+STORED = "h100_llama2_7b_layer_ms.csv"
 
 
 @pytest.fixture(scope="module")
@@ -62,27 +63,25 @@ def test_a_step_profile_of_two_models_is_refused(fit: ModuleType, tmp_path: Path
 
 
 def test_the_fit_measures_with_the_given_table(fit: ModuleType, tmp_path: Path) -> None:
-    path = tmp_path / "table.csv"
-    path.write_text(fit.format_layer_table(fit.table_from_step_profile(_write_steps(tmp_path / "s.csv"), "h100")[1]))
+    table = fit.table_from_step_profile(_write_steps(tmp_path / "s.csv"), "h100")[1]
     costs = fitted_costs("h100", "qwen2.5-7b-instruct")
-    assert fit.engine_profile("qwen2.5-7b-instruct", costs, "h100", str(path)).gpu.layer_profile == str(path)
+    assert fit.engine_profile("qwen2.5-7b-instruct", costs, "h100", table).gpu.layer_profile == table
     packaged = GPUS["h100"].layer_profile
     assert fit.engine_profile("qwen2.5-7b-instruct", costs, "h100", None).gpu.layer_profile == packaged
 
 
-def test_a_written_table_is_named_in_fitted_toml_and_read_by_every_run(fit: ModuleType, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_table_named_in_fitted_toml_is_read_by_every_run(fit: ModuleType, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """write_section names the stored table in its GPU's section, keeps the other sections, and profile_for
+    then reads that packaged table (here the one the package ships, standing in for a measured one)."""
     fitted = tmp_path / "fitted.toml"
     fitted.write_text(fit.FITTED.read_text())
     monkeypatch.setattr(fit, "FITTED", fitted)
-    table = tmp_path / "h100_tiny-llama_layer_ms.csv"
-    table.write_text(fit.format_layer_table(fit.table_from_step_profile(_write_steps(tmp_path / "s.csv"), "h100")[1]))
     fit.write_section("h100", fitted_costs("h100", "qwen2.5-7b-instruct"),
-                      {"qwen2.5-7b-instruct": 1.0}, ["# a measured table"], str(table))
+                      {"qwen2.5-7b-instruct": 1.0}, ["# a measured table"], STORED)
     data: dict[str, Any] = tomllib.loads(fitted.read_text())
-    assert data["gpu"]["h100"]["layer_profile"] == str(table)
+    assert data["gpu"]["h100"]["layer_profile"] == STORED
     assert "layer_profile" not in data["gpu"]["h200"]  # the other GPUs' sections are kept as they were
     monkeypatch.setattr(profiles, "_fitted", lambda: data)
-    run_profile = profile_for("qwen2.5-7b-instruct", "h100")
-    assert run_profile.gpu.layer_profile == str(table)
-    assert load_layer_table(str(table)).rows == load_layer_table(run_profile.gpu.layer_profile).rows
+    assert profile_for("qwen2.5-7b-instruct", "h100").gpu.layer_profile == STORED
+    assert profile_for("qwen2.5-7b-instruct", "h200").gpu.layer_profile == GPUS["h200"].layer_profile

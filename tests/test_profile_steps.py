@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from retrybench.engine.layer_table import format_layer_table, layer_table_from_steps
+from retrybench.engine.layer_table import format_layer_table, layer_table_from_steps, parse_layer_table
 from retrybench.engine.profiles import profile_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,10 +47,10 @@ def test_the_profiler_writes_every_phase_with_its_work(tmp_path: Path) -> None:
     table = layer_table_from_steps(rows, peak_flops=1e12, bandwidth=1e10, hidden=256, intermediate=512,
                                    layer_params=4 * 256 * 256 + 3 * 256 * 512, dtype_bytes=4)
     assert [row[0] for row in table.rows] == [16, 64, 256]
-    stored = tmp_path / "table.csv"
-    stored.write_text(format_layer_table(table))
+    stored = parse_layer_table(format_layer_table(table))  # as --write stores it: six significant digits
+    assert [pytest.approx(row, rel=1e-5) for row in table.rows] == list(stored.rows)
     base = profile_for("qwen2.5-7b-instruct", "h100")
-    measured = replace(base, gpu=replace(base.gpu, layer_profile=str(stored)))
+    measured = replace(base, gpu=replace(base.gpu, layer_profile=table))
     step = measured.step_time_s(seqs=4, tokens=200, sampled=4, attention_pairs=0.0, context_tokens=0)
     assert step > measured.costs.fixed_s and step != base.step_time_s(seqs=4, tokens=200, sampled=4,
                                                                          attention_pairs=0.0, context_tokens=0)

@@ -4,7 +4,6 @@ step-time model reads them."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -42,36 +41,30 @@ def _roofline_table(peak: float, bandwidth: float, tokens: tuple[int, ...]) -> L
                       layer_params=params, dtype_bytes=size)
 
 
-def test_a_table_at_the_roofline_gives_ratio_one_on_any_gpu(tmp_path: Path) -> None:
-    path = tmp_path / "roofline.csv"
-    path.write_text(format_layer_table(_roofline_table(1e12, 1e10, (1, 10, 100, 1000, 10_000))))
+def test_a_table_at_the_roofline_gives_ratio_one_on_any_gpu() -> None:
+    table = _roofline_table(1e12, 1e10, (1, 10, 100, 1000, 10_000))
     for gpu in ("h100", "h200"):
         ridge = GPUS[gpu].bf16_flops_per_s / GPUS[gpu].bandwidth_bytes_per_s
-        ratios = gemm_roofline_ratios(str(path), ridge)
+        ratios = gemm_roofline_ratios(table, ridge)
         assert min(ratios) == pytest.approx(1.0) and max(ratios) == pytest.approx(1.0, rel=0.02)
 
 
-def test_a_slower_table_makes_a_prefill_step_slower(tmp_path: Path) -> None:
+def test_a_slower_table_makes_a_prefill_step_slower() -> None:
     """A run reads the table its GPU names: the same table with twice the GEMM time costs a full prefill
     step about twice the GEMM time."""
     table = load_layer_table(VIDUR)
     slower = replace(table, rows=tuple((n, 2 * linear, hidden, act) for n, linear, hidden, act in table.rows))
-    path = tmp_path / "slower.csv"
-    path.write_text(format_layer_table(slower))
     base = profile_for("qwen2.5-7b-instruct")
-    other = replace(base, gpu=replace(base.gpu, layer_profile=str(path)))
+    other = replace(base, gpu=replace(base.gpu, layer_profile=slower))
     n = 8192
     ratio = (other.step_time_s(seqs=1, tokens=n, sampled=1, attention_pairs=0.0, context_tokens=0)
              / base.step_time_s(seqs=1, tokens=n, sampled=1, attention_pairs=0.0, context_tokens=0))
     assert 1.8 < ratio < 2.0, ratio  # the GEMMs double; the elementwise ops and fixed costs do not
 
 
-def test_elementwise_costs_come_from_the_largest_rows(tmp_path: Path) -> None:
+def test_elementwise_costs_come_from_the_largest_rows() -> None:
     """From 1,024 tokens up where the table has such rows, else its largest row (a quick CPU table)."""
-    small = _roofline_table(1e12, 1e10, (16, 64, 256))
-    path = tmp_path / "small.csv"
-    path.write_text(format_layer_table(small))
-    per_token = elementwise_s_per_token(str(path), 64, 0, 1e10)
+    per_token = elementwise_s_per_token(_roofline_table(1e12, 1e10, (16, 64, 256)), 64, 0, 1e10)
     assert per_token == pytest.approx(0.01e-3 / 256)
 
 

@@ -21,10 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from pathlib import Path
 
-__all__ = ["LINEAR_PHASES", "LayerTable", "format_layer_table", "layer_table_from_steps", "load_layer_table",
-           "parse_layer_table"]
+__all__ = ["LINEAR_PHASES", "LayerTable", "format_layer_table", "layer_table", "layer_table_from_steps",
+           "load_layer_table", "parse_layer_table"]
 
 COLUMNS = ("tokens", "linear_ms", "hidden_elementwise_ms", "mlp_activation_ms")
 HEADER_KEYS = ("peak_flops", "bandwidth", "hidden", "intermediate", "layer_params", "dtype_bytes")
@@ -91,10 +90,13 @@ def format_layer_table(table: LayerTable, comments: Iterable[str] = ()) -> str:
 
 @cache
 def load_layer_table(name: str) -> LayerTable:
-    """A packaged table (a file name in retrybench/engine) or one on disk (an absolute path)."""
-    path = Path(name)
-    text = path.read_text() if path.is_absolute() else (resources.files("retrybench") / "engine" / name).read_text()
-    return parse_layer_table(text)
+    """A packaged table, by its file name in retrybench/engine."""
+    return parse_layer_table((resources.files("retrybench") / "engine" / name).read_text())
+
+
+def layer_table(profile: str | LayerTable) -> LayerTable:
+    """A GPU's `layer_profile`: a packaged table's name, or a table given whole (a fit's candidate)."""
+    return profile if isinstance(profile, LayerTable) else load_layer_table(profile)
 
 
 def layer_table_from_steps(rows: Iterable[Mapping[str, str]], *, peak_flops: float, bandwidth: float,

@@ -47,7 +47,7 @@ from itertools import accumulate
 from typing import Any
 
 from retrybench.config import EngineConfig
-from retrybench.engine.layer_table import load_layer_table
+from retrybench.engine.layer_table import LayerTable, layer_table
 
 __all__ = ["GPUS", "MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts", "elementwise_s_per_token",
            "fitted_profiles", "gemm_roofline_ratios", "gemm_seconds", "profile_for"]
@@ -66,8 +66,9 @@ class GpuSpec:
     block_size: int = 16
     async_scheduling: bool = True
     kv_cache_bytes: float | None = None
-    # Measured GEMM and elementwise times (the H100's table, for the GPUs); None: the plain roofline.
-    layer_profile: str | None = "h100_llama2_7b_layer_ms.csv"
+    # Measured GEMM and elementwise times (engine/layer_table.py): a packaged table's name (the H100's, for
+    # the GPUs) or a table itself; None: the plain roofline.
+    layer_profile: str | LayerTable | None = "h100_llama2_7b_layer_ms.csv"
 
     def engine_defaults(self) -> EngineConfig:
         """vLLM's engine arguments on this platform (the paper's, with the platform's own settings)."""
@@ -290,7 +291,7 @@ def gemm_seconds(ratio: tuple[float, ...], flop_s: float, read_s: float) -> tupl
 
 
 @cache
-def gemm_roofline_ratios(profile: str | None, ridge_tokens: float) -> tuple[float, ...]:
+def gemm_roofline_ratios(profile: str | LayerTable | None, ridge_tokens: float) -> tuple[float, ...]:
     """Measured GEMM time over its roofline time, for 0..RATIO_TOKENS tokens on a GPU whose ridge point
     (peak FLOPs / bandwidth: the token count where a GEMM's FLOPs and weight read take as long) is
     `ridge_tokens`. The layer table (`profile`, see engine/layer_table.py) is read at the same share of
@@ -298,7 +299,7 @@ def gemm_roofline_ratios(profile: str | None, ridge_tokens: float) -> tuple[floa
     roofline (1)."""
     if profile is None:
         return (1.0,) * (RATIO_TOKENS + 1)
-    table = load_layer_table(profile)
+    table = layer_table(profile)
     tokens = [row[0] for row in table.rows]
     # A step is never slower than the next larger measured one: it could be padded to it (vLLM pads
     # to its CUDA-graph sizes). The suffix minimum also irons out single medians' tile-size noise.
@@ -321,14 +322,15 @@ def gemm_roofline_ratios(profile: str | None, ridge_tokens: float) -> tuple[floa
     return tuple(at(n) for n in range(RATIO_TOKENS + 1))
 
 
-def elementwise_s_per_token(profile: str | None, hidden: int, intermediate: int, bandwidth: float) -> float:
+def elementwise_s_per_token(profile: str | LayerTable | None, hidden: int, intermediate: int,
+                            bandwidth: float) -> float:
     """Seconds a token a layer of the memory-bound elementwise ops (norms, rotary, residual adds scale
     with the hidden size, the MLP's activation with its intermediate size), from the table's rows of
     ELEMENTWISE_FROM_TOKENS tokens and more (its largest row where it has none), at this GPU's
     bandwidth. Without a table, none."""
     if profile is None:
         return 0.0
-    table = load_layer_table(profile)
+    table = layer_table(profile)
     rows = [row for row in table.rows if row[0] >= ELEMENTWISE_FROM_TOKENS] or [table.rows[-1]]
     hidden_s = sum(row[2] * 1e-3 / row[0] for row in rows) / len(rows)
     activation_s = sum(row[3] * 1e-3 / row[0] for row in rows) / len(rows)
