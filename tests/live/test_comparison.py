@@ -14,10 +14,12 @@ from retrybench.live.comparison import (
     capacity_check,
     compare_condition,
     points_verdict,
+    prefix_cache_delta,
     recovery_verdict,
     relative_verdict,
     saturated_throughput,
     stage_point,
+    sustained_rate,
 )
 from retrybench.runlog import AttemptRecord, ExecutionRecord, QueueSamples, RunLog
 
@@ -180,3 +182,41 @@ def test_a_stage_point_counts_completions_in_the_stage_and_the_median_ttft_of_it
                   execution(3, runlog.FATE_COMPLETED, 13.0)]  # after the 12-s stage
     point = stage_point(log_of([0] * 14, executions, attempts), load_x=1.0, rate=0.3, stage_s=12.0)
     assert point.completions_per_s == 0.25 and point.median_ttft_s == pytest.approx(0.2)
+
+
+def running_log(running: list[int], finished: list[float]) -> RunLog:
+    log = log_of([0] * len(running), [execution(i, runlog.FATE_COMPLETED, t) for i, t in enumerate(finished)])
+    log.samples.engine_running.extend(running)
+    return log
+
+
+def test_the_sustained_rate_starts_once_the_running_batch_has_stopped_growing() -> None:
+    # The batch grows by 10 a second for 20 s, then holds at 200 for 40 s; 30 completions in the
+    # growth, 80 on the plateau (2/s), none after the 60-s stage.
+    running = [10 * (i + 1) for i in range(20)] + [200] * 40
+    finished = [0.5 * i for i in range(30)] + [20 + 0.5 * i for i in range(80)] + [61.0]
+    sustained = sustained_rate(running_log(running, finished), stage_s=60)
+    # the 10-s mean first reaches 90% of 200 at 23 s (mean of 14..23 s: 180+...): the plateau
+    assert sustained.from_s == 23 and sustained.running == 200
+    assert sustained.per_s == pytest.approx(sum(1 for t in finished if 23 <= t < 60) / 37)
+    assert sustained.why_not is None
+
+
+def test_a_batch_that_fluctuates_around_its_level_is_sustained_from_early_on() -> None:
+    running = [0, 2, 4, 6] + [8, 12, 9, 11, 10, 7, 13, 10] * 7
+    sustained = sustained_rate(running_log(running, [float(t) for t in range(60)]), stage_s=60)
+    assert sustained.from_s is not None and sustained.from_s <= 12 and sustained.per_s == pytest.approx(1.0)
+
+
+def test_a_batch_that_grows_until_the_stage_ends_has_no_sustained_rate() -> None:
+    running = list(range(1, 61))
+    sustained = sustained_rate(running_log(running, [30.0]), stage_s=60)
+    assert sustained.per_s is None and sustained.why_not is not None and "grew until" in sustained.why_not
+
+
+def test_the_prefix_cache_delta_is_the_growth_of_vllms_two_counters() -> None:
+    before = {"vllm:prefix_cache_queries_total": 1000.0, "vllm:prefix_cache_hits_total": 100.0}
+    after = {"vllm:prefix_cache_queries_total": 5000.0, "vllm:prefix_cache_hits_total": 1100.0}
+    delta = prefix_cache_delta(before, after)
+    assert (delta.queries, delta.hits, delta.hit_pct) == (4000, 1000, 25.0)
+    assert prefix_cache_delta({}, {}).hit_pct is None

@@ -1,12 +1,15 @@
-"""The vLLM container: its spec as data (no Docker), and the Docker machinery on a stand-in image.
+"""The vLLM container: its spec as data (no Docker), a real vLLM in the CPU image, and two failures.
 
-The stand-in (scripts/build-test-image.sh, retrybench/fake-vllm:test) has `vllm serve` as its
-entrypoint like vllm/vllm-openai, prints its arguments and serves /health, so start-up, the readiness
-wait, log capture and removal run through the same code as the real container, GPU request off.
+The real case starts the image `scripts/build_image.py vllm` builds, serving the tiny model with the
+tracing plugin from the mounted source: its log holds vLLM's own start-up lines and the served
+model, and the container is gone afterwards. Where a test needs an image that misbehaves (exits
+before serving, never answers), the stand-in (scripts/build-test-image.sh, retrybench/fake-vllm:test)
+stands in: `vllm serve` as its entrypoint, its arguments printed, /health served by busybox.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -16,15 +19,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.containers import image_skip_reason, suite_image
 
+from retrybench.live.containers import ContainerSpec, ServiceContainer
 from retrybench.live.vllm import (
     CONTAINER_HF_CACHE,
-    ContainerSpec,
-    VllmContainer,
+    TRACING_SCHEDULER,
+    VllmArgs,
     container_spec_for,
+    cpu_env,
+    for_cpu,
     vllm_args_for,
 )
 from retrybench.spec import RunSpec
+from retrybench.tinymodel import make_tiny_model
 from retrybench.vllm_locate import DEFAULT_IMAGE, vllm_image
 
 TEST_IMAGE = "retrybench/fake-vllm:test"
@@ -127,28 +135,33 @@ def removed(client: Any, container_id: str | None) -> bool:
 
 
 @pytest.mark.docker
-def test_container_starts_answers_and_is_removed_with_its_log(docker_client: Any, tmp_path: Path) -> None:
-    spec = spec_for(tmp_path, vllm_args=args(trace=True), image=TEST_IMAGE, gpus=False,
-                    src=Path(__file__).resolve().parents[2] / "src")
-    log = tmp_path / "results" / "container.log"
-    started = time.monotonic()
-    with VllmContainer(spec, log_path=log, start_timeout_s=30) as container:
-        assert time.monotonic() - started >= 1.0  # the stand-in serves /health after 1 s: the wait waited
-        with urllib.request.urlopen(container.url + "/health", timeout=5) as response:
-            assert response.status == 200
-        assert docker_client.containers.get(container.container_id).attrs["HostConfig"]["IpcMode"] == "host"
-    assert removed(docker_client, container.container_id)
+def test_a_real_vllm_container_serves_the_tiny_model_traced_and_is_removed_with_its_log(tmp_path: Path) -> None:
+    if (reason := image_skip_reason("vllm")) is not None:
+        pytest.skip(f"vLLM container: {reason}")
+    model = make_tiny_model(tmp_path / "tiny-llama")
+    spec = container_spec_for(for_cpu(VllmArgs(model=str(model), scheduler_cls=TRACING_SCHEDULER)),
+                              results_dir=tmp_path / "results", image=suite_image("vllm"), gpus=False, env=cpu_env())
+    log = tmp_path / "container.log"
+    with ServiceContainer(spec, log_path=log, start_timeout_s=300) as container:
+        with urllib.request.urlopen(container.url + "/v1/models", timeout=30) as response:
+            served = [m["id"] for m in json.load(response)["data"]]
+        ipc = subprocess.run(["docker", "inspect", "--format", "{{.HostConfig.IpcMode}}",
+                              str(container.container_id)], capture_output=True, text=True, check=True).stdout.strip()
+    assert served == ["retrybench"] and ipc == "host"
+    gone = subprocess.run(["docker", "inspect", str(container.container_id)], capture_output=True, check=False)
+    assert gone.returncode != 0, f"container {container.container_id} is still there"
     text = log.read_text()
-    assert "fake-vllm argv: serve Qwen/Qwen2.5-7B-Instruct --max-num-batched-tokens 8192" in text
-    assert "--scheduler-cls retrybench.live.vllm_trace.TracingAsyncScheduler" in text
-    assert "retrybench source mounted at /opt/retrybench/src" in text
-    assert "response:200" in text  # the readiness probe's request, logged by the server
+    assert "non-default args" in text and "'served_model_name': ['retrybench']" in text, text[-2000:]
+    assert "scheduler_cls': 'retrybench.live.vllm_trace.TracingScheduler'" in text
+    assert "Application startup complete" in text
+    header = json.loads((tmp_path / "results" / "vllm-trace.jsonl").read_text().splitlines()[0])
+    assert header["engine"] == "vllm" and header["scheduler"] == "TracingScheduler"
 
 
 @pytest.mark.docker
 def test_a_container_that_exits_fails_at_once_and_keeps_its_log(docker_client: Any, tmp_path: Path) -> None:
     spec = spec_for(tmp_path, image=TEST_IMAGE, gpus=False, env={"FAKE_VLLM_EXIT": "3"})
-    container = VllmContainer(spec, log_path=tmp_path / "container.log", start_timeout_s=60)
+    container = ServiceContainer(spec, log_path=tmp_path / "container.log", start_timeout_s=60)
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="exited"), container:
         pass
@@ -160,7 +173,7 @@ def test_a_container_that_exits_fails_at_once_and_keeps_its_log(docker_client: A
 @pytest.mark.docker
 def test_a_container_that_never_answers_times_out_and_is_removed(docker_client: Any, tmp_path: Path) -> None:
     spec = spec_for(tmp_path, image=TEST_IMAGE, gpus=False, env={"FAKE_VLLM_DELAY_S": "600"})
-    container = VllmContainer(spec, log_path=tmp_path / "container.log", start_timeout_s=2)
+    container = ServiceContainer(spec, log_path=tmp_path / "container.log", start_timeout_s=2)
     with pytest.raises(TimeoutError, match="/health"), container:
         pass
     assert "fake-vllm argv: serve" in (tmp_path / "container.log").read_text()

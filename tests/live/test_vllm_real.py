@@ -7,7 +7,9 @@ attaches a retry to the running execution and deferred cancellation keeps it ali
 engine's queue cap refuses with 503 in both forms; and the tracing plugin's trace accounts for
 every prompt token the admission counter saw.
 
-One vLLM serves the module (start-up takes 30-110 s on a CPU), traced by the plugin; the queue-cap
+Every test runs twice: against `vllm serve` as a process and against the vLLM image's container
+(`runtime`; the container cases skip, with the fix, where Docker or the image is missing). One vLLM
+of each serves the module (start-up takes 30-110 s on a CPU), traced by the plugin; the queue-cap
 test starts its own with `--max-num-queued-reqs 1`. Each test runs the proxy in its own event
 loop, so its state (relays, subscribers) can be read directly, as in test_proxy_engine.py.
 
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures.containers import RUNTIMES
 from fixtures.openai_client import completion
 from fixtures.proxy_scenarios import attempt
 from fixtures.stack import External, ProxyStack, policy, run_stack
@@ -42,7 +45,7 @@ from fixtures.vllm_real import (
     unsettled,
     wait_idle,
 )
-from fixtures.waiting import until
+from fixtures.waiting import GENEROUS_S, until
 
 from retrybench.analysis.prompt_work import prompt_work
 from retrybench.config import ClientPolicy, ProxyPolicy, WorkloadSpec
@@ -58,9 +61,15 @@ LONG_DECODE_S = 30.0  # an execution a test disconnects from: far longer than an
 Stack = ProxyStack[External]
 
 
+@pytest.fixture(scope="module", params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest) -> str:
+    """How vLLM runs: a process, or the vLLM image's container."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVllm]:
-    with start_real_vllm(tmp_path_factory.mktemp("vllm"), trace=True) as engine:
+def vllm(runtime: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVllm]:
+    with start_real_vllm(tmp_path_factory.mktemp(f"vllm-{runtime}"), trace=True, runtime=runtime) as engine:
         yield engine
 
 
@@ -261,14 +270,17 @@ def test_deferred_cancellation_keeps_the_execution_alive_for_w(vllm: RealVllm, s
 # -- the engine's queue cap -------------------------------------------------------------------------
 
 
-def test_the_engines_queue_cap_503_reaches_the_client_in_both_forms(tmp_path: Path, speed: EngineSpeed) -> None:
+def test_the_engines_queue_cap_503_reaches_the_client_in_both_forms(tmp_path: Path, speed: EngineSpeed,
+                                                                    runtime: str) -> None:
     """vLLM refuses past --max-num-queued-reqs; the proxy passes the refusal on, and the paper's
-    client (the load generator) records each attempt as refused with 503 and retries it."""
-    client = ClientPolicy(max_retries=1, attempt_timeout_s=5.0, backoff_min_s=0.1, backoff_max_s=0.1)
+    client (the load generator) records each attempt as refused with 503 and retries it. A refusal may
+    take seconds to come back on a loaded machine, so an attempt waits GENEROUS_S for it and the
+    holder decodes for as long as the model's context allows (it is aborted at the end)."""
+    client = ClientPolicy(max_retries=1, attempt_timeout_s=GENEROUS_S, backoff_min_s=0.1, backoff_max_s=0.1)
     results: dict[bool, LoadResult] = {}
 
     async def test(s: Stack) -> None:
-        holder = await s.direct(completion(prompt(64), speed.decode_tokens_for(LONG_DECODE_S))).__aenter__()
+        holder = await s.direct(completion(prompt(64), speed.longest_decode())).__aenter__()
         await until_engine(s, busy=True, what="the holder to run")
         for stream in (False, True):
             calls = tuple(Call(index=i, call_id=f"cap-{stream}-{i}", arrival_s=0.01 * i, prompt_tokens=40,
@@ -280,12 +292,13 @@ def test_the_engines_queue_cap_503_reaches_the_client_in_both_forms(tmp_path: Pa
         await until_engine(s, busy=False, what="the holder's abort")
         assert await s.metric("retrybench_proxy_executions_total", fate="refused") == 8
 
-    with start_real_vllm(tmp_path, extra_args=["--max-num-queued-reqs", "1"]) as capped:
+    with start_real_vllm(tmp_path, extra_args=["--max-num-queued-reqs", "1"], runtime=runtime) as capped:
         wait_idle(capped, "before the test")
         run(capped, policy("no-control"), test)
     for stream, result in results.items():
         outcomes = [a.outcome for a in result.attempts]
-        assert outcomes == [REFUSED_503] * 4, f"stream={stream}: {outcomes}"
+        took = [round(a.ended_s - a.sent_s, 3) for a in result.attempts]
+        assert outcomes == [REFUSED_503] * 4, f"stream={stream}: {outcomes} after {took} s"
         assert [c.delivered_s for c in result.calls] == [None, None]
 
 

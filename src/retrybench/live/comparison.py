@@ -25,9 +25,10 @@ from retrybench.runlog import FATE_CANCELLED, FATE_COMPLETED, FATE_ORPHANED, Run
 
 __all__ = [
     "CAPACITY_TOLERANCE", "COMPLETION_REL", "HOLD_POINTS", "MIN_CALIBRATIONS", "MIN_SATURATED_S",
-    "SPREAD_LIMIT", "Band", "CapacityCheck", "ConditionVerdict", "MetricVerdict", "SaturatedThroughput",
-    "StagePoint", "band_of", "capacity_check", "compare_condition", "points_verdict", "recovery_verdict",
-    "relative_verdict", "saturated_throughput", "stage_point",
+    "SPREAD_LIMIT", "Band", "CapacityCheck", "ConditionVerdict", "MetricVerdict", "PrefixCache", "SaturatedThroughput",
+    "StagePoint", "SustainedRate", "band_of", "capacity_check", "compare_condition", "points_verdict",
+    "prefix_cache_delta", "recovery_verdict", "relative_verdict", "saturated_throughput", "stage_point",
+    "sustained_rate",
 ]
 
 SPREAD_LIMIT = 0.10  # (max - min) / mean of the calibrations' C-hat
@@ -275,6 +276,75 @@ def compare_condition(condition: str, live: Mapping[str, Any], sim_low: Mapping[
 
 
 @dataclass(frozen=True, kw_only=True)
+class SustainedRate:
+    """Completions per second once the engine's running batch has stopped growing.
+
+    While the batch grows, an engine completes fewer calls per second than it takes in and the
+    difference is held in its running batch, not its waiting queue: a rate read over that time
+    (and C-hat, arrival rate minus the waiting queue's growth) credits that growth as service.
+    `from_s` is where the batch's 10-s mean first came within PLATEAU_SHARE of its level at the end of
+    the stage (the median 10-s mean of the stage's last third); `per_s` is None when that left less
+    than MIN_PLATEAU_SHARE of the stage (`why_not`): the batch was still growing."""
+
+    from_s: int | None
+    running: float | None  # the batch's mean over the plateau
+    completions: int
+    per_s: float | None
+    why_not: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PLATEAU_WINDOW_S = 10
+PLATEAU_SHARE = 0.9
+MIN_PLATEAU_SHARE = 1 / 3
+
+
+def sustained_rate(log: RunLog, *, stage_s: float) -> SustainedRate:
+    """The stage's completion rate over its plateau (see SustainedRate), from the run log's 1-s samples."""
+    running = log.samples.engine_running[:math.floor(stage_s)]
+    if len(running) < PLATEAU_WINDOW_S:
+        return SustainedRate(from_s=None, running=None, completions=0, per_s=None,
+                             why_not=f"{len(running)} samples of the running batch, under {PLATEAU_WINDOW_S}")
+    means = [fmean(running[i - PLATEAU_WINDOW_S + 1:i + 1]) for i in range(PLATEAU_WINDOW_S - 1, len(running))]
+    level = median(means[-max(len(running) // 3, 1):])
+    start = PLATEAU_WINDOW_S - 1 + next(i for i, m in enumerate(means) if m >= PLATEAU_SHARE * level)
+    span = stage_s - start
+    done = sum(1 for e in log.executions if e.fate in (FATE_COMPLETED, FATE_ORPHANED)
+               and e.finished_s is not None and start <= e.finished_s < stage_s)
+    batch = fmean(running[start:]) if running[start:] else None
+    if span < MIN_PLATEAU_SHARE * stage_s:
+        return SustainedRate(from_s=start, running=batch, completions=done, per_s=None,
+                             why_not=f"the running batch grew until {start} s of a {stage_s:g}-s stage")
+    return SustainedRate(from_s=start, running=batch, completions=done, per_s=done / span)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixCache:
+    """What the engine's prefix cache gave over a span: prompt tokens looked up and found (vLLM's
+    prefix_cache_queries and prefix_cache_hits counters, or the simulator's)."""
+
+    queries: int
+    hits: int
+
+    @property
+    def hit_pct(self) -> float | None:
+        return 100 * self.hits / self.queries if self.queries else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"queries": self.queries, "hits": self.hits, "hit_pct": self.hit_pct}
+
+
+def prefix_cache_delta(before: Mapping[str, float], after: Mapping[str, float]) -> PrefixCache:
+    """The prefix cache's counters' growth between two readings of vLLM's /metrics (metric_sums)."""
+    def grown(name: str) -> int:
+        return round(after.get(name, 0.0) - before.get(name, 0.0))
+
+    return PrefixCache(queries=grown("vllm:prefix_cache_queries_total"), hits=grown("vllm:prefix_cache_hits_total"))
+
+
+@dataclass(frozen=True, kw_only=True)
 class StagePoint:
     """One point of the capacity curve: a constant-rate stage at `load_x` x C-hat."""
 
@@ -283,11 +353,12 @@ class StagePoint:
     completions_per_s: float  # executions finished in the stage after its warm-up, per second
     median_ttft_s: float | None  # of the attempts sent in the stage
     saturated: SaturatedThroughput
+    sustained: SustainedRate
 
     def to_json(self) -> dict[str, Any]:
         return {"load_x": self.load_x, "rate_calls_per_s": self.rate_calls_per_s,
                 "completions_per_s": self.completions_per_s, "median_ttft_s": self.median_ttft_s,
-                "saturated": self.saturated.to_json()}
+                "saturated": self.saturated.to_json(), "sustained": self.sustained.to_json()}
 
 
 def stage_point(log: RunLog, *, load_x: float, rate: float, stage_s: float, warmup: float = 1 / 3) -> StagePoint:
@@ -299,4 +370,5 @@ def stage_point(log: RunLog, *, load_x: float, rate: float, stage_s: float, warm
                and e.finished_s is not None and start <= e.finished_s < stage_s)
     ttft = [a.first_token_s - a.sent_s for a in log.attempts if a.first_token_s is not None and a.sent_s < stage_s]
     return StagePoint(load_x=load_x, rate_calls_per_s=rate, completions_per_s=done / (stage_s - start),
-                      median_ttft_s=float(median(ttft)) if ttft else None, saturated=saturated_throughput(log))
+                      median_ttft_s=float(median(ttft)) if ttft else None, saturated=saturated_throughput(log),
+                      sustained=sustained_rate(log, stage_s=stage_s))

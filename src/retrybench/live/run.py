@@ -4,7 +4,9 @@ The engine server and the proxy run as processes of their own (as they would be 
 load generator and a 1-per-trace-second scraper of both /metrics endpoints share this process's
 event loop. Every clock runs `time_scale` wall seconds per trace second, so a 947-s paper run
 takes 947 x time_scale wall seconds and the same trace meets the same engine model as in the
-simulator. The engine may be external (`engine_url`): a vLLM, or an engine server started elsewhere.
+simulator. The engine may be external (`engine_url`): a vLLM, or an engine server started elsewhere. The proxy
+is a process by default (`proxy_process`); a `ProxyLauncher` starts it otherwise (the proxy container,
+live.proxy_container).
 
 `drive` and `deployment_run_log` do the same for a deployment someone else started (several engines
 behind several proxy instances behind a front balancer, docs/replicas.md): the load goes to the front,
@@ -18,10 +20,11 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -37,7 +40,29 @@ from retrybench.runlog import RunLog
 from retrybench.spec import RunSpec, engine_config_for
 from retrybench.workload import Trace, generate_trace
 
-__all__ = ["LiveRun", "deployment_run_log", "drive", "run_live"]
+__all__ = ["PROXY_LOG", "LiveRun", "ProxyLauncher", "deployment_run_log", "drive", "proxy_process", "run_live"]
+
+PROXY_LOG = "proxy-decisions.jsonl"  # the proxy's decision log, in the run's workdir
+
+
+class ProxyLauncher(Protocol):
+    """Starts the proxy of one run in front of `engine_url` with `policy` (a condition name) and
+    clocks at `time_scale`, writing its decision log to `workdir / PROXY_LOG` by the time the
+    context exits; the context yields the proxy's base URL."""
+
+    def __call__(self, *, engine_url: str, policy: str, time_scale: float,
+                 workdir: Path) -> AbstractContextManager[str]: ...
+
+
+@contextlib.contextmanager
+def proxy_process(*, engine_url: str, policy: str, time_scale: float, workdir: Path) -> Iterator[str]:
+    """`retrybench proxy` as a process of its own on a free loopback port."""
+    port = free_port()
+    argv = [sys.executable, "-m", "retrybench", "proxy", "--upstream", engine_url, "--port", str(port),
+            "--policy", policy, "--log", str(workdir / PROXY_LOG), "--time-scale", repr(time_scale)]
+    url = f"http://127.0.0.1:{port}"
+    with ServerProcess(argv, health_url=url + "/health", log_path=workdir / "proxy.log"):
+        yield url
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,10 +118,11 @@ async def _drive(trace: Trace, settings: LoadgenSettings, engines: Sequence[str]
 
 
 def run_live(spec: RunSpec, *, time_scale: float, workdir: Path, chat: float, stream_interval: int = 64,
-             engine_url: str | None = None, trace: Trace | None = None, client: ClientPolicy | None = None
-             ) -> LiveRun:
+             engine_url: str | None = None, trace: Trace | None = None, client: ClientPolicy | None = None,
+             proxy: ProxyLauncher = proxy_process) -> LiveRun:
     """Run `spec` live and return its run log (the same schema the simulator writes). `trace` and
-    `client` replace the spec's trace and its condition's client (the calibration's stages)."""
+    `client` replace the spec's trace and its condition's client (the calibration's stages); `proxy`
+    starts the proxy (a process by default)."""
     condition = load_condition(spec.condition)
     if client is not None:
         condition = replace(condition, client=client)
@@ -104,21 +130,16 @@ def run_live(spec: RunSpec, *, time_scale: float, workdir: Path, chat: float, st
     workload = spec.workload(chat) if trace is None else trace.spec
     trace = trace if trace is not None else generate_trace(workload, spec.seed)
     workdir.mkdir(parents=True, exist_ok=True)
-    proxy_log = workdir / "proxy-decisions.jsonl"
-    with _engine(spec, engine_url, time_scale, cap, stream_interval, workdir) as engine:
-        port = free_port()
-        proxy_argv = [sys.executable, "-m", "retrybench", "proxy", "--upstream", engine, "--port", str(port),
-                      "--policy", spec.condition, "--log", str(proxy_log), "--time-scale", repr(time_scale)]
-        proxy_url = f"http://127.0.0.1:{port}"
-        with ServerProcess(proxy_argv, health_url=proxy_url + "/health", log_path=workdir / "proxy.log"):
-            settings = LoadgenSettings(target=proxy_url, client=condition.client, seed=spec.seed,
-                                       time_scale=time_scale)
-            box: list[tuple[LoadResult, list[Scrape]]] = []
+    proxy_log = workdir / PROXY_LOG
+    with _engine(spec, engine_url, time_scale, cap, stream_interval, workdir) as engine, \
+            proxy(engine_url=engine, policy=spec.condition, time_scale=time_scale, workdir=workdir) as proxy_url:
+        settings = LoadgenSettings(target=proxy_url, client=condition.client, seed=spec.seed, time_scale=time_scale)
+        box: list[tuple[LoadResult, list[Scrape]]] = []
 
-            async def main() -> None:
-                box.append(await _drive(trace, settings, [engine], [proxy_url], time_scale))
+        async def main() -> None:
+            box.append(await _drive(trace, settings, [engine], [proxy_url], time_scale))
 
-            run_event_loop(main)
+        run_event_loop(main)
     load, scrapes = box[0]
     (workdir / "loadgen.json").write_text(load.to_json())
     header, events = read_event_log(proxy_log)

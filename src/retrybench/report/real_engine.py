@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FORMAT", "RESULT_FILE", "real_engine_section"]
+__all__ = ["FORMAT", "FORMATS", "RESULT_FILE", "real_engine_section"]
 
-FORMAT = "retrybench-real-engine/1"  # live.compare_real writes it; the report never imports live/
+FORMAT = "retrybench-real-engine/2"  # live.compare_real writes it; the report never imports live/
+FORMATS = ("retrybench-real-engine/1", FORMAT)  # /1 has no per-stage seeds, cache counters or sustained rates
 RESULT_FILE = "real-engine.json"
 
 
@@ -23,18 +24,25 @@ def _flag(value: Any) -> str:
     return "–" if value is None else ("yes" if value else "no")
 
 
+def _curve_row(point: Mapping[str, Any]) -> dict[str, str]:
+    live, sim = point["live"], point.get("sim") or {}
+    return {"load": f"{point['load_x']:g}", "rate": _num(point["rate_calls_per_s"], 3),
+            "live_cps": _num(live["completions_per_s"], 3), "sim_cps": _num(sim.get("completions_per_s"), 3),
+            "live_sustained": _num((live.get("sustained") or {}).get("per_s"), 3),
+            "sim_sustained": _num((sim.get("sustained") or {}).get("per_s"), 3),
+            "live_ttft": _num(live["median_ttft_s"], 3), "sim_ttft": _num(sim.get("median_ttft_s"), 3),
+            "live_hits": _num((point.get("live_prefix_cache") or {}).get("hit_pct"), 1),
+            "sim_hits": _num((point.get("sim_prefix_cache") or {}).get("hit_pct"), 1),
+            "harness_cpu": _num(point.get("harness_cpu_pct"), 0)}
+
+
 def real_engine_section(data: Mapping[str, Any]) -> dict[str, Any]:
     """Rows for the page: the calibrations and their spread, the capacity curve live beside simulated,
     and per condition the live and simulated (band's ends) figures with the verdict and why."""
-    if data.get("format") != FORMAT:
-        raise ValueError(f"not a {FORMAT} file (format {data.get('format')!r})")
+    if data.get("format") not in FORMATS:
+        raise ValueError(f"not a {' or '.join(FORMATS)} file (format {data.get('format')!r})")
     band = data.get("band") or {}
-    curve = [{"load": f"{p['load_x']:g}", "rate": _num(p["rate_calls_per_s"], 3),
-              "live_cps": _num(p["live"]["completions_per_s"], 3),
-              "sim_cps": _num((p.get("sim") or {}).get("completions_per_s"), 3),
-              "live_ttft": _num(p["live"]["median_ttft_s"], 3),
-              "sim_ttft": _num((p.get("sim") or {}).get("median_ttft_s"), 3),
-              "harness_cpu": _num(p.get("harness_cpu_pct"), 0)} for p in data.get("capacity_curve", [])]
+    curve = [_curve_row(p) for p in data.get("capacity_curve", [])]
     conditions = []
     for row in data.get("conditions", []):
         verdict = row.get("verdict") or {"status": "not compared", "reason": "no simulated runs", "capacity": None}
@@ -57,6 +65,7 @@ def real_engine_section(data: Mapping[str, Any]) -> dict[str, Any]:
     calibration_cpu = [s.get("harness_cpu_pct") for c in data.get("calibrations", []) for s in c.get("stages", [])]
     calibration_cpu = [c for c in calibration_cpu if c is not None]
     return {
+        "runtime": (data.get("settings") or {}).get("runtime", "process"),
         "pinning": (data.get("pinning") or {}).get("note", "–"),
         "chats": ", ".join(_num(c, 3) for c in band.get("chats", [])),
         "mean": _num(band.get("mean"), 3), "spread_pct": _num(100 * band["spread"], 1) if "spread" in band else "–",
