@@ -10,11 +10,11 @@ import pytest
 from fixtures.engine_runs import active
 from fixtures.report import note_run
 
-from retrybench.blocks import paper_runs
 from retrybench.claims import Case, Claim, all_subjects
-from retrybench.results import RunSummary
-from retrybench.runner import run_one
-from retrybench.spec import RunSpec
+from retrybench.plan.blocks import paper_runs
+from retrybench.plan.spec import RunSpec
+from retrybench.records.results import RunSummary
+from retrybench.runs.runner import run_one
 
 __all__ = ["PRIMARY", "Record", "assert_claim", "cases", "result"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from findings import result
-from retrybench.blocks import BLOCKS, paper_runs
+from retrybench.plan.blocks import BLOCKS, paper_runs
 
 pytestmark = pytest.mark.retention
 

@@ -2,7 +2,7 @@
 
     python scripts/build_image.py vllm|proxy [--force] [--print-tag]
 
-What goes into each image is `retrybench.live.images.recipe_for`; this script only carries it out:
+What goes into each image is `retrybench.realvllm.images.recipe_for`; this script only carries it out:
 
 1. the Python wheels, downloaded on this machine with its own pip configuration (whatever index and
    local wheel directories it uses) for the image's Python and platform, and the checkout's own
@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from retrybench.live.images import (  # noqa: E402  (the checkout's own source, installed or not)
+from retrybench.realvllm.images import (  # noqa: E402  (the checkout's own source, installed or not)
     DEBIAN_SUITE,
     PYTHON_TAG,
     VENV,

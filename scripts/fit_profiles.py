@@ -41,14 +41,14 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
-from retrybench.config import WorkloadSpec
+from retrybench.conditions.config import WorkloadSpec
 from retrybench.engine.layer_table import LayerTable, format_layer_table, layer_table_from_steps
 from retrybench.engine.profiles import GPUS, MODELS, EngineProfile, StepCosts, profile_for
-from retrybench.live.calibrate import LATENCY_SHARE
+from retrybench.realvllm.calibrate import LATENCY_SHARE
 from retrybench.sim.calibrate import calibrate_repeated
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER = ROOT / "src" / "retrybench" / "paper_values.toml"
+PAPER = ROOT / "src" / "retrybench" / "claims" / "paper_values.toml"
 FITTED = ROOT / "src" / "retrybench" / "engine" / "fitted.toml"
 PRIMARY = "qwen2.5-7b-instruct"
 OTHERS = ("qwen3-14b", "llama-3.1-8b-instruct")

@@ -29,21 +29,21 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Layer -> the modules in it. An entry names a module and, when it is a package, everything under it;
 # the root package matches itself only. A module belongs to the layer of its longest matching entry.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "leaf": (ROOT, "retrybench.atomicfile", "retrybench.cache", "retrybench.client_profiles", "retrybench.config",
-             "retrybench.engine_choice",
-             "retrybench.gcpause",
-             "retrybench.paper", "retrybench.results", "retrybench.runlog", "retrybench.tinymodel",
-             "retrybench.tracefile", "retrybench.vllm_locate"),
-    "core": ("retrybench.analysis", "retrybench.client", "retrybench.control", "retrybench.engine",
-             "retrybench.workload"),
-    "domain": ("retrybench.blocks", "retrybench.spec"),
+    "leaf": (ROOT, "retrybench.gcpause", "retrybench.records", "retrybench.conditions", "retrybench.claims.paper",
+             "retrybench.plan.engine_choice", "retrybench.realvllm.vllm_locate", "retrybench.realvllm.tinymodel"),
+    "core": ("retrybench.analysis", "retrybench.traffic", "retrybench.control", "retrybench.engine"),
+    "domain": ("retrybench.plan",),
     "claims": ("retrybench.claims",),
     "sim": ("retrybench.sim",),
-    "runner": ("retrybench.runner",),
-    "live": ("retrybench.live",),
+    "runs": ("retrybench.runs",),
+    "serving": ("retrybench.serving",),
+    "proxy": ("retrybench.proxy",),
+    "engine_server": ("retrybench.engine_server",),
+    "loadgen": ("retrybench.loadgen",),
+    "realvllm": ("retrybench.realvllm",),
     "report": ("retrybench.report",),
     "sweep": ("retrybench.sweep",),
-    "doctor": ("retrybench.doctor",),
+    "doctor": ("retrybench.cli.doctor",),
     "cli": ("retrybench.cli", "retrybench.__main__"),
 }
 
@@ -54,34 +54,42 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "domain": frozenset({"leaf", "core", "domain"}),
     "claims": frozenset({"leaf", "core", "domain", "claims"}),
     "sim": frozenset({"leaf", "core", "domain", "sim"}),
-    "runner": frozenset({"leaf", "core", "domain", "sim", "runner"}),
-    "live": frozenset({"leaf", "core", "domain", "sim", "live"}),
+    "runs": frozenset({"leaf", "core", "domain", "sim", "runs"}),
+    "serving": frozenset({"leaf", "core", "serving"}),
+    "proxy": frozenset({"leaf", "core", "serving", "proxy"}),
+    "engine_server": frozenset({"leaf", "core", "serving", "engine_server"}),
+    "loadgen": frozenset({"leaf", "core", "domain", "serving", "proxy", "engine_server", "loadgen"}),
+    "realvllm": frozenset({"leaf", "core", "domain", "sim", "serving", "proxy", "loadgen", "realvllm"}),
     "report": frozenset({"leaf", "core", "domain", "claims", "report"}),
-    "sweep": frozenset({"leaf", "core", "domain", "runner", "report", "sweep"}),
+    "sweep": frozenset({"leaf", "core", "domain", "runs", "report", "sweep"}),
     "doctor": frozenset(),  # only STDLIB_ONLY modules, below
     "cli": frozenset(LAYERS),
 }
 
-# (layer, layer) edges allowed only as lazy imports: the runner starts a live run on request.
-LAZY_ONLY: frozenset[tuple[str, str]] = frozenset({("runner", "live")})
+LIVE = frozenset({"serving", "proxy", "engine_server", "loadgen", "realvllm"})  # the wings over real HTTP
+
+# (layer, layer) edges allowed only as lazy imports: the run service starts a live run on request.
+LAZY_ONLY: frozenset[tuple[str, str]] = frozenset({("runs", "loadgen"), ("runs", "realvllm")})
 
 # Modules that import nothing but the standard library and each other (lazily included), so that they,
 # and doctor, which may import only these, work on a base install with no dependency at all.
 STDLIB_ONLY: frozenset[str] = frozenset({
-    ROOT, "retrybench.atomicfile", "retrybench.cache", "retrybench.config", "retrybench.engine_choice",
-    "retrybench.gcpause", "retrybench.paper", "retrybench.runlog", "retrybench.tracefile", "retrybench.vllm_locate",
+    ROOT, "retrybench.gcpause", "retrybench.records", "retrybench.records.atomicfile", "retrybench.records.cache",
+    "retrybench.records.runlog", "retrybench.records.tracefile", "retrybench.conditions",
+    "retrybench.conditions.config", "retrybench.claims.paper", "retrybench.plan.engine_choice",
+    "retrybench.realvllm.vllm_locate",
 })
 STDLIB_ONLY_LAYERS: frozenset[str] = frozenset({"doctor"})
 
 # Third-party packages of the optional extras ([live], [container], [fit], and vLLM itself): only these
 # layers may import them, even lazily, so that the base install never needs them.
 EXTRAS: dict[str, frozenset[str]] = {
-    "aiohttp": frozenset({"live"}),
-    "prometheus_client": frozenset({"live"}),
-    "uvloop": frozenset({"live"}),
-    "testcontainers": frozenset({"live"}),
-    "docker": frozenset({"live"}),
-    "vllm": frozenset({"live"}),
+    "aiohttp": LIVE,
+    "prometheus_client": LIVE,
+    "uvloop": LIVE,
+    "testcontainers": frozenset({"serving"}),
+    "docker": frozenset({"serving"}),
+    "vllm": frozenset({"realvllm"}),
     "scipy": frozenset(),
     "ray": frozenset({"sweep"}),
 }

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from retrybench import runner
-from retrybench.blocks import PAPER_MODELS, PRIMARY_MODEL, PULSES_X, TABLE1
-from retrybench.cache import write_entry
-from retrybench.cli import main
+from retrybench.cli.main import main
+from retrybench.plan.blocks import PAPER_MODELS, PRIMARY_MODEL, PULSES_X, TABLE1
+from retrybench.plan.spec import RunSpec
+from retrybench.records.cache import write_entry
+from retrybench.records.results import Result
 from retrybench.report.boundaries import PAPER_Q, boundaries_section
-from retrybench.results import Result
-from retrybench.spec import RunSpec
+from retrybench.runs import runner
 from retrybench.sweep import boundaries, executors
 from retrybench.sweep.boundaries import BoundaryMap, plan_maps, pulse_map, run_maps, runs_bound
 from retrybench.sweep.executors import LocalExecutor, Progress

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fixtures.runner_fakes import InlineExecutor, fake_calibration_seed
 
-from retrybench import runner
-from retrybench.cache import ENTRY_FORMAT, DamagedEntry, cached_json, has_entry, read_entry, write_entry
+from retrybench.records.cache import ENTRY_FORMAT, DamagedEntry, cached_json, has_entry, read_entry, write_entry
+from retrybench.runs import runner
 
 # A tuple and whole-number keys, which JSON reads back as a list and strings ("10" before "3").
 DATA = {"chat": 2.7117, "runs": [{"seed": 0, "stages": (1, 2.5)}], "counts": {3: 10, 10: 3}}

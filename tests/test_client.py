@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrybench.client import CallDelivered, CallFailed, ClientAction, RetryingClient, SendAttempt
-from retrybench.config import ClientPolicy
-from retrybench.runlog import COMPLETED, ERROR, REFUSED_429, REFUSED_503, TIMED_OUT
+from retrybench.conditions.config import ClientPolicy
+from retrybench.records.runlog import COMPLETED, ERROR, REFUSED_429, REFUSED_503, TIMED_OUT
+from retrybench.traffic.client import CallDelivered, CallFailed, ClientAction, RetryingClient, SendAttempt
 
 SEED = 1234
 POLICY = ClientPolicy()

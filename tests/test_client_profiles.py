@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from retrybench.client import CallFailed, ClientAction, RetryingClient, SendAttempt
-from retrybench.client_profiles import available_client_profiles, client_profile, load_client_profile
-from retrybench.config import ClientPolicy, ConfigError
-from retrybench.runlog import ERROR, REFUSED_429, REFUSED_503, TIMED_OUT
+from retrybench.conditions.client_profiles import available_client_profiles, client_profile, load_client_profile
+from retrybench.conditions.config import ClientPolicy, ConfigError
+from retrybench.records.runlog import ERROR, REFUSED_429, REFUSED_503, TIMED_OUT
+from retrybench.traffic.client import CallFailed, ClientAction, RetryingClient, SendAttempt
 
 SEED = 2024
 PROFILES = ("anthropic-sdk", "openai-sdk", "paper", "tenacity-typical")
@@ -210,7 +210,7 @@ def test_anthropic_retry_after_rule_is_the_sdks(retry_after_s: float, monkeypatc
 
 
 def test_retry_after_ms_is_read_first_by_both_sdks() -> None:
-    """The drivers pass Retry-After-Ms before Retry-After (live/loadgen.py), as the SDKs parse them."""
+    """The drivers pass Retry-After-Ms before Retry-After (loadgen/loadgen.py), as the SDKs parse them."""
     headers = importlib.import_module("httpx2").Headers({"retry-after-ms": "1500", "retry-after": "9"})
     assert _openai_client()._parse_retry_after_header(headers) == 1.5
     assert _anthropic_client()._parse_retry_after_header(headers) == 1.5

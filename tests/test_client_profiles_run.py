@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from retrybench import runner
-from retrybench.cli import main
-from retrybench.client_profiles import load_client_profile
-from retrybench.config import load_condition
-from retrybench.runlog import RunLog
-from retrybench.spec import RunSpec, condition_for
+from retrybench.cli.main import main
+from retrybench.conditions.client_profiles import load_client_profile
+from retrybench.conditions.config import load_condition
+from retrybench.plan.spec import RunSpec, condition_for
+from retrybench.records.runlog import RunLog
+from retrybench.runs import runner
 
 QWEN = "qwen2.5-7b-instruct"
 CHAT = 2.7116906833687042  # tests/sim/test_digests.py's C-hat of this model
@@ -84,7 +84,7 @@ def test_an_unknown_client_fails_before_any_run(monkeypatch: pytest.MonkeyPatch)
     def forbidden(*args: object, **kwargs: object) -> None:
         raise AssertionError("a run started")
 
-    monkeypatch.setattr("retrybench.cli.run_one", forbidden)
+    monkeypatch.setattr("retrybench.cli.main.run_one", forbidden)
     result = _run("--condition", "retries-on-cancel-on", "--client", "requests")
     assert result.exit_code == 2
     assert "Invalid value for '--client': unknown client profile 'requests'; known: anthropic-sdk, openai-sdk, " \

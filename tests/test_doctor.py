@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from retrybench import vllm_locate
-from retrybench.cli import main
-from retrybench.doctor import Probe, diagnose
-from retrybench.vllm_locate import DEFAULT_IMAGE
+from retrybench.cli.doctor import Probe, diagnose
+from retrybench.cli.main import main
+from retrybench.realvllm import vllm_locate
+from retrybench.realvllm.vllm_locate import DEFAULT_IMAGE
 
 BARE = Probe(versions={"retrybench": "0.1.0", "numpy": "2.0"}, docker_engine=False, gpus=0, image_present=False,
              hf_home="/hf", models=0)
@@ -111,8 +111,8 @@ def _on_a_base_install(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_doctor_imports_nothing_of_the_live_extra() -> None:
     done = _on_a_base_install("""
-        import retrybench.doctor
-        from retrybench.doctor import Probe, diagnose
+        import retrybench.cli.doctor
+        from retrybench.cli.doctor import Probe, diagnose
 
         rows = diagnose(Probe.of_this_machine())
         loaded = sorted(name for name in sys.modules if name.partition(".")[0] in EXTRAS)

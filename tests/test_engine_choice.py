@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrybench.engine_choice import ENGINE_NAMES, EngineChoice, engine_url, parse_engine
+from retrybench.plan.engine_choice import ENGINE_NAMES, EngineChoice, engine_url, parse_engine
 
 
 @pytest.mark.parametrize("name", ENGINE_NAMES)

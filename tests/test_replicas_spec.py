@@ -10,12 +10,12 @@ from dataclasses import asdict
 
 import pytest
 
-from retrybench.blocks import BLOCKS, PRIMARY_MODEL, block_specs, blocks_plan
-from retrybench.cache import code_version
-from retrybench.config import ConfigError
+from retrybench.conditions.config import ConfigError
+from retrybench.plan.blocks import BLOCKS, PRIMARY_MODEL, block_specs, blocks_plan
+from retrybench.plan.spec import DEPLOYMENT_DEFAULTS, RunSpec
+from retrybench.records.cache import code_version
 from retrybench.report.runs import spec_of
 from retrybench.sim.replica_runs import deployment_build, deployment_of, replica_profiles
-from retrybench.spec import DEPLOYMENT_DEFAULTS, RunSpec
 
 PAPER_FIELDS = ("model", "condition", "seed", "gpu", "pulse_x", "max_batched_tokens", "mixed_prompts", "engine_cap",
                 "trace", "token_scale")

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from fixtures.runner_fakes import InlineExecutor, fake_calibration_seed
 
-from retrybench import runner
-from retrybench.engine_choice import parse_engine
-from retrybench.spec import RunSpec
+from retrybench.plan.engine_choice import parse_engine
+from retrybench.plan.spec import RunSpec
+from retrybench.runs import runner
 
 
 def test_long_runs_are_submitted_first() -> None:
@@ -61,7 +61,7 @@ class _FakeLive:
 def fake_live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> _FakeLive:
     monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path))
     fake = _FakeLive()
-    monkeypatch.setattr("retrybench.live.run.run_live", fake)
+    monkeypatch.setattr("retrybench.loadgen.run.run_live", fake)
     monkeypatch.setattr(runner, "calibration_for", fake.calibration)
     return fake
 

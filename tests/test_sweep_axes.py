@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from retrybench.cli import main
-from retrybench.spec import RunSpec, condition_for
+from retrybench.cli.main import main
+from retrybench.plan.spec import RunSpec, condition_for
 from retrybench.sweep import executors
 from retrybench.sweep.axes import AxisError, parse_axes, parse_axis
 

@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from retrybench.results import Result
-from retrybench.spec import RunSpec
+from retrybench.plan.spec import RunSpec
+from retrybench.records.results import Result
 from retrybench.sweep.axes import parse_axis
 from retrybench.sweep.bisect import Bisection, Boundary, boundary_of, grid
 from retrybench.sweep.executors import Progress

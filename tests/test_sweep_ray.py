@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from retrybench import runner
-from retrybench.cache import write_entry
-from retrybench.results import Result
+from retrybench.records.cache import write_entry
+from retrybench.records.results import Result
+from retrybench.runs import runner
 from retrybench.sweep import executors
 from retrybench.sweep.axes import parse_axis
 from retrybench.sweep.executors import LocalExecutor, RayExecutor

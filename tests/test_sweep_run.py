@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from retrybench import runner
-from retrybench.cache import code_version, write_entry
-from retrybench.cli import main
-from retrybench.results import RunSummary, is_failed
-from retrybench.spec import RunSpec
+from retrybench.cli.main import main
+from retrybench.plan.spec import RunSpec
+from retrybench.records.cache import code_version, write_entry
+from retrybench.records.results import RunSummary, is_failed
+from retrybench.runs import runner
 from retrybench.sweep import executors
 from retrybench.sweep.executors import RayExecutor
 

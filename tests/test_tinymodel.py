@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from retrybench.cli import main
-from retrybench.tinymodel import TinyLlama, bfloat16_bytes, make_tiny_model
+from retrybench.cli.main import main
+from retrybench.realvllm.tinymodel import TinyLlama, bfloat16_bytes, make_tiny_model
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:

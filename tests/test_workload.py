@@ -13,8 +13,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from retrybench.config import WorkloadSpec
-from retrybench.workload import (
+from retrybench.conditions.config import WorkloadSpec
+from retrybench.traffic.workload import (
     Call,
     Trace,
     concat_calls,
@@ -234,7 +234,7 @@ def test_generate_small_traces(seed: int, pulse_x: float, mixed: bool) -> None:
 
 
 def test_a_scaled_workload_shortens_every_length_and_keeps_phases_and_rates() -> None:
-    from retrybench.config import WorkloadSpec
+    from retrybench.conditions.config import WorkloadSpec
 
     spec = WorkloadSpec(chat_calls_per_s=2.0)
     small = spec.scaled(0.1)

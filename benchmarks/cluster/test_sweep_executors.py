@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from retrybench import runner
-from retrybench.cache import write_entry
+from retrybench.records.cache import write_entry
+from retrybench.runs import runner
 from retrybench.sweep.axes import parse_axis
 from retrybench.sweep.executors import LocalExecutor, RayExecutor, RunExecutor
 from retrybench.sweep.plan import SweepPlan

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+from fixtures.nginx_front import nginx_binary, nginx_command, nginx_conf
 
-from retrybench.live.front import nginx_binary, nginx_command, nginx_conf
-from retrybench.live.launch import ServerProcess, free_port
+from retrybench.serving.launch import ServerProcess, free_port
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -194,7 +194,7 @@ def routes(workdir: Path) -> Iterator[list[Route]]:
     with ExitStack() as stack:
         up_port = free_port()
         stack.enter_context(ServerProcess(
-            [sys.executable, "-m", "retrybench.live.stub_upstream", "--port", str(up_port)],
+            [sys.executable, "-m", "fixtures.stub_upstream", "--port", str(up_port)],
             health_url=f"http://127.0.0.1:{up_port}/health", log_path=workdir / "stub.log"))
         upstream = f"http://127.0.0.1:{up_port}"
         found = [Route("direct", upstream)]

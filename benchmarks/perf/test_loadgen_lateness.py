@@ -28,11 +28,11 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from retrybench.config import ClientPolicy, WorkloadSpec
-from retrybench.live.aio import run_event_loop
-from retrybench.live.launch import ServerProcess, free_port
-from retrybench.live.loadgen import LoadgenSettings, LoadResult, run_loadgen
-from retrybench.workload import Call, Trace
+from retrybench.conditions.config import ClientPolicy, WorkloadSpec
+from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, run_loadgen
+from retrybench.serving.aio import run_event_loop
+from retrybench.serving.launch import ServerProcess, free_port
+from retrybench.traffic.workload import Call, Trace
 
 SPEC = WorkloadSpec(chat_calls_per_s=1.0, prompt_tokens_mean=2000.0, prompt_tokens_sd=0.0, shared_prefix_tokens=64)
 CLIENT = ClientPolicy(max_retries=0, attempt_timeout_s=5.0)
@@ -106,7 +106,7 @@ def test_send_lateness_at_300_sends_per_second(benchmark: Any, tmp_path: Path) -
     trace = _trace()
     port = free_port()
     runs: list[tuple[dict[str, float], dict[str, float]]] = []  # (reference, load generator) per repeat
-    with ServerProcess([sys.executable, "-m", "retrybench.live.stub_upstream", "--port", str(port)],
+    with ServerProcess([sys.executable, "-m", "fixtures.stub_upstream", "--port", str(port)],
                        health_url=f"http://127.0.0.1:{port}/health", log_path=tmp_path / "stub.log"):
         target = f"http://127.0.0.1:{port}"
         settings = LoadgenSettings(target=target, client=CLIENT)

@@ -1,5 +1,5 @@
 """`python -m retrybench`: the same command line as the `retrybench` script."""
 
-from retrybench.cli import main
+from retrybench.cli.main import main
 
 main()

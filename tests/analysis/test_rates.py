@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from retrybench.analysis import rate_window, rates
-from retrybench.runlog import FATE_CANCELLED, FATE_COMPLETED, FATE_ORPHANED, FATE_REFUSED
+from retrybench.records.runlog import FATE_CANCELLED, FATE_COMPLETED, FATE_ORPHANED, FATE_REFUSED
 
 if TYPE_CHECKING:
     from fixtures.runlogs import LogBuilder

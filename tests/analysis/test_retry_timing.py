@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from retrybench.analysis.retry_timing import counter_check, retry_timing
-from retrybench.config import ClientPolicy, ProxyPolicy, WorkloadSpec
+from retrybench.conditions.config import ClientPolicy, ProxyPolicy, WorkloadSpec
 from retrybench.engine.profiles import profile_for
-from retrybench.runlog import (
+from retrybench.records.runlog import (
     FATE_CANCELLED,
     FATE_COMPLETED,
     REFUSED_429,
@@ -24,7 +24,7 @@ from retrybench.runlog import (
     RunLog,
 )
 from retrybench.sim.run import simulate
-from retrybench.workload import generate_trace
+from retrybench.traffic.workload import generate_trace
 
 META: dict[str, Any] = {
     "chat": 2.78,

@@ -11,10 +11,10 @@ from fixtures.reference import step_time as reference
 from fixtures.reference.traces import random_trace
 
 from retrybench.analysis import step_time
-from retrybench.config import WorkloadSpec, load_condition
+from retrybench.conditions.config import WorkloadSpec, load_condition
 from retrybench.engine.profiles import profile_for
 from retrybench.sim.run import simulate
-from retrybench.workload import generate_trace
+from retrybench.traffic.workload import generate_trace
 
 WINDOWS = [(None, None), (2.0, None), (None, 5.0), (1.5, 4.0)]
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import retrybench
-from retrybench.config import ConfigError, ProxyPolicy, condition_from_toml, load_condition
+from retrybench.conditions.config import ConfigError, ProxyPolicy, condition_from_toml, load_condition
 from retrybench.control.proxy import (
     Attach,
     AttemptIn,
@@ -663,7 +663,7 @@ def test_random_sequences_keep_the_proxys_invariants(policy: ProxyPolicy,
 
 # == policy files ===================================================================================
 
-POLICY_DIR = Path(retrybench.__file__).parent / "policies"
+POLICY_DIR = Path(retrybench.__file__).parent / "conditions" / "policies"
 POLICY_FILES = sorted(POLICY_DIR.glob("*.toml"))
 
 

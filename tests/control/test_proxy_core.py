@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrybench.config import ProxyPolicy
+from retrybench.conditions.config import ProxyPolicy
 from retrybench.control.proxy import AttemptIn, Cancel, Create, Notify, ProxyCore, SetTimer
 
 

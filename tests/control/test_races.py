@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrybench.config import ProxyPolicy
+from retrybench.conditions.config import ProxyPolicy
 from retrybench.control.proxy import (
     Action,
     Attach,
@@ -42,7 +42,7 @@ from retrybench.control.proxy import (
     Serve,
     SetTimer,
 )
-from retrybench.live.openai_api import call_digest, call_identity, coalescing_key
+from retrybench.serving.openai_api import call_digest, call_identity, coalescing_key
 
 Subscriber = tuple[int, int]
 Op = tuple[str, int, int]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrybench.config import ConfigError, ProxyPolicy
+from retrybench.conditions.config import ConfigError, ProxyPolicy
 from retrybench.control.proxy import Attach, AttemptIn, Create, Notify, ProxyCore, Refuse, Release, Retain, Serve
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from retrybench.claims.paper import paper_values
 from retrybench.engine.profiles import profile_for
-from retrybench.paper import paper_values
-from retrybench.runner import calibration_for
+from retrybench.runs.runner import calibration_for
 from retrybench.sim.calibrate import calibrate
 
 PAPER = paper_values()

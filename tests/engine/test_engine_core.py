@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrybench.config import EngineConfig
+from retrybench.conditions.config import EngineConfig
 from retrybench.engine.core import EngineCore, EngineEvent
 from retrybench.engine.profiles import EngineProfile, profile_for
 

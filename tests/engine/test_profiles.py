@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrybench.blocks import PAPER_MODELS
-from retrybench.config import EngineConfig
+from retrybench.conditions.config import EngineConfig
 from retrybench.engine.profiles import (
     GPUS,
     MODELS,
@@ -23,6 +22,7 @@ from retrybench.engine.profiles import (
     gemm_roofline_ratios,
     profile_for,
 )
+from retrybench.plan.blocks import PAPER_MODELS
 
 QWEN7, LLAMA8, QWEN14 = "qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "qwen3-14b"
 
@@ -260,8 +260,8 @@ def test_the_cpu_build_holds_the_kv_cache_vllm_reports() -> None:
 
 
 def test_the_cpu_platform_sets_its_engine_defaults_on_every_run() -> None:
-    from retrybench.config import load_condition
-    from retrybench.spec import RunSpec, engine_config_for
+    from retrybench.conditions.config import load_condition
+    from retrybench.plan.spec import RunSpec, engine_config_for
 
     spec = RunSpec(model="tiny-llama", gpu="cpu", condition="engine-cap-100", seed=1, max_batched_tokens=2048)
     engine, cap = engine_config_for(spec, load_condition(spec.condition), chat=1.0)

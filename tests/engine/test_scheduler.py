@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, target
 from hypothesis import strategies as st
 
-from retrybench.config import EngineConfig
+from retrybench.conditions.config import EngineConfig
 from retrybench.engine.scheduler import ABORTED, FINISHED, RUNNING, WAITING, Batch, Request, Scheduler
 
 BS = 16

@@ -1,4 +1,4 @@
-"""What live/aiohttp_internals.py relies on in aiohttp, pinned on the wire, and the aiohttp range it was read from.
+"""What proxy/aiohttp_internals.py relies on in aiohttp, pinned on the wire, and the aiohttp range it was read from.
 
 The proxy writes an upstream's chunk-framed bytes straight to the client's socket, so aiohttp must send
 a chunked response's head (before any body byte, else a stream's head would wait for its first token)
@@ -18,10 +18,10 @@ from aiohttp import web
 from fixtures.waiting import within
 from packaging.requirements import Requirement
 
-from retrybench.live.aio import run_event_loop
-from retrybench.live.aiohttp_internals import prepare_raw_chunked, send_head
-from retrybench.live.http1 import frame_chunk, parse_response_head
-from retrybench.live.serving import new_app, start_app
+from retrybench.proxy.aiohttp_internals import prepare_raw_chunked, send_head
+from retrybench.proxy.http1 import frame_chunk, parse_response_head
+from retrybench.serving.aio import run_event_loop
+from retrybench.serving.app import new_app, start_app
 
 pytestmark = pytest.mark.live
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from retrybench.live.aio import metric_sums
-from retrybench.live.assemble import Scrape, assemble_run_log, merge_proxy_logs, resample
-from retrybench.live.openai_api import call_digest
+from retrybench.loadgen.assemble import Scrape, assemble_run_log, merge_proxy_logs, resample
+from retrybench.serving.aio import metric_sums
+from retrybench.serving.openai_api import call_digest
 
 
 def scrape(at: float, waiting: int) -> Scrape:

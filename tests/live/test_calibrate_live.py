@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 from fixtures.live import EngineFactory, engine_state
 
-from retrybench.cli import main
-from retrybench.live.calibrate import calibrate_live, calibration_summary
-from retrybench.runner import calibration_for
+from retrybench.cli.main import main
+from retrybench.realvllm.calibrate import calibrate_live, calibration_summary
+from retrybench.runs.runner import calibration_for
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("calibrate-live")]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from retrybench.cli import main
-from retrybench.workload import load_trace
+from retrybench.cli.main import main
+from retrybench.traffic.workload import load_trace
 
 
 def test_make_trace_writes_a_trace_loadgen_can_read(tmp_path: Path) -> None:

@@ -1,12 +1,11 @@
-"""The rules that decide whether the simulator and a real engine agree (live/comparison.py), on small
+"""The rules that decide whether the simulator and a real engine agree (realvllm/comparison.py), on small
 synthetic inputs: the calibration band's refusal, the VOID rule, agreement across the capacity band."""
 
 from __future__ import annotations
 
 import pytest
 
-from retrybench import runlog
-from retrybench.live.comparison import (
+from retrybench.realvllm.comparison import (
     Band,
     CapacityCheck,
     SaturatedThroughput,
@@ -21,7 +20,8 @@ from retrybench.live.comparison import (
     stage_point,
     sustained_rate,
 )
-from retrybench.runlog import AttemptRecord, ExecutionRecord, QueueSamples, RunLog
+from retrybench.records import runlog
+from retrybench.records.runlog import AttemptRecord, ExecutionRecord, QueueSamples, RunLog
 
 # -- the calibration band ---------------------------------------------------------------------------
 

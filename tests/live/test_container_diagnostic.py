@@ -4,7 +4,7 @@ The scaled live diagnostic (time and token scale 0.1, the tiny model on vLLM's C
 retries-on-cancel-on, retries-off-cancel-on and coalescing, each run's proxy a container of the proxy
 image on the Docker network of the vLLM container, both pinned as `compare-real-engine` pins its
 processes. One calibration sets C-hat (the band is that one value); each run's outcome is set beside
-the simulator's at that C-hat with the comparison's rules (live/comparison.py): same recovery, hold
+the simulator's at that C-hat with the comparison's rules (realvllm/comparison.py): same recovery, hold
 delivered within 15 points, completion rate within 20%, VOID where the engine ran more than 10% off
 its calibrated capacity around the run.
 
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from fixtures.containers import image_skip_reason
 
-from retrybench.live.compare_real import RESULT_FILE, CompareSettings, compare_real_engine
+from retrybench.realvllm.compare_real import RESULT_FILE, CompareSettings, compare_real_engine
 
 pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.live, pytest.mark.container_diagnostic,
               pytest.mark.xdist_group("vllm-diagnostic")]

@@ -1,7 +1,7 @@
 """Engine faults with subscribers attached: each ends every subscriber with an error it can act on.
 
 The proxy runs coalescing with deferred cancellation in front of the fault upstream
-(retrybench.live.fault_upstream), and each fault hits an execution that two subscribers follow
+(fixtures.fault_upstream), and each fault hits an execution that two subscribers follow
 (the first attempt and a retry with the same Idempotency-Key, attached), while another call
 streams beside it. The fault is released only once both are subscribed, so nothing here depends
 on timing. Afterwards: the retry that follows gets a new execution and a proper answer, and the
@@ -28,13 +28,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from fixtures.fault_upstream import FAULTS, FaultUpstream
 from fixtures.stack import External, ProxyStack, open_fds, policy, proxy_stack, rss_bytes, run_stack
 from fixtures.waiting import GENEROUS_S, until, within
 
-from retrybench.live.aio import run_event_loop
-from retrybench.live.fault_upstream import FAULTS, FaultUpstream
-from retrybench.live.launch import ServerProcess, free_port
-from retrybench.live.proxy_server import Relay
+from retrybench.proxy.proxy_server import Relay
+from retrybench.serving.aio import run_event_loop
+from retrybench.serving.launch import ServerProcess, free_port
 
 pytestmark = pytest.mark.live
 

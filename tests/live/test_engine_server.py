@@ -26,9 +26,9 @@ from fixtures.openai_client import fetch_engine_state, sse_events
 from fixtures.waiting import GENEROUS_S, until, within
 from prometheus_client.parser import text_string_to_metric_families
 
-from retrybench.live.engine_server import EngineServer, EngineServerSettings
-from retrybench.live.launch import ServerProcess, engine_server_command, free_port
-from retrybench.tracefile import FORMAT, read_trace
+from retrybench.engine_server.engine_server import EngineServer, EngineServerSettings, engine_server_command
+from retrybench.records.tracefile import FORMAT, read_trace
+from retrybench.serving.launch import ServerProcess, free_port
 
 pytestmark = pytest.mark.live
 

@@ -21,9 +21,9 @@ import urllib.request
 from pathlib import Path
 
 from fixtures.waiting import until_sync
-from retrybench.config import WorkloadSpec
-from retrybench.live.eventlog import read_event_log
-from retrybench.workload import Call, Trace
+from retrybench.conditions.config import WorkloadSpec
+from retrybench.proxy.eventlog import read_event_log
+from retrybench.traffic.workload import Call, Trace
 
 PIDS = Path(os.environ["RETRYBENCH_TEST_PIDS"])
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrybench.live.http1 import ChunkedScanner, FramingError, frame_chunk, parse_response_head
+from retrybench.proxy.http1 import ChunkedScanner, FramingError, frame_chunk, parse_response_head
 
 
 def chunked(payloads: list[bytes], trailer: bytes = b"") -> bytes:

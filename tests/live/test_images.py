@@ -1,4 +1,4 @@
-"""The suite's images as data (live/images.py): what goes in, and which inputs change an image's tag."""
+"""The suite's images as data (realvllm/images.py): what goes in, and which inputs change an image's tag."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from retrybench.live.images import BUILDER_FILES, image_tag, inputs_digest, recipe_for, vllm_cpu_version
+from retrybench.realvllm.images import BUILDER_FILES, image_tag, inputs_digest, recipe_for, vllm_cpu_version
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -27,12 +27,12 @@ import pytest
 from aiohttp import web
 from fixtures.waiting import GENEROUS_S, until
 
-from retrybench.client import RetryingClient
-from retrybench.config import ClientPolicy, WorkloadSpec
-from retrybench.live.loadgen import LoadgenSettings, LoadResult, run_load, run_loadgen
-from retrybench.live.serving import new_app, start_app
-from retrybench.runlog import COMPLETED, ERROR, REFUSED_429, REFUSED_503, TIMED_OUT
-from retrybench.workload import Call, Trace
+from retrybench.conditions.config import ClientPolicy, WorkloadSpec
+from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, run_load, run_loadgen
+from retrybench.records.runlog import COMPLETED, ERROR, REFUSED_429, REFUSED_503, TIMED_OUT
+from retrybench.serving.app import new_app, start_app
+from retrybench.traffic.client import RetryingClient
+from retrybench.traffic.workload import Call, Trace
 
 SPEC = WorkloadSpec(chat_calls_per_s=1.0, prompt_tokens_mean=200.0, prompt_tokens_sd=0.0, shared_prefix_tokens=64)
 FAST = ClientPolicy(max_retries=2, attempt_timeout_s=5.0, backoff_min_s=0.1, backoff_max_s=0.1)
@@ -269,8 +269,8 @@ def test_same_outcomes_give_the_simulators_attempts() -> None:
 
 
 def test_progress_is_logged(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr("retrybench.live.loadgen._PROGRESS_S", 0.1)
-    with caplog.at_level(logging.INFO, logger="retrybench.live.loadgen"):
+    monkeypatch.setattr("retrybench.loadgen.loadgen._PROGRESS_S", 0.1)
+    with caplog.at_level(logging.INFO, logger="retrybench.loadgen.loadgen"):
         _run(_trace([0.0, 1.0]), Upstream())  # a second: ten lines at 0.1 s each, when all is well
     lines = [r.getMessage() for r in caplog.records if "calls started" in r.getMessage()]
     assert len(lines) >= 2 and "send lateness p99" in lines[0], lines

@@ -1,11 +1,11 @@
 """The CPU plan that keeps the real engine and the harness apart, and the harness's CPU share
-(live/pinning.py): pure decisions on given CPU sets and CPU-time samples."""
+(realvllm/pinning.py): pure decisions on given CPU sets and CPU-time samples."""
 
 from __future__ import annotations
 
 import pytest
 
-from retrybench.live.pinning import CpuSample, HarnessMeter, cpu_pct, pinning_plan
+from retrybench.realvllm.pinning import CpuSample, HarnessMeter, cpu_pct, pinning_plan
 
 
 def test_on_two_cpus_the_engine_gets_the_first_and_the_harness_the_second() -> None:

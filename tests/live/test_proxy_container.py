@@ -15,14 +15,13 @@ from pathlib import Path
 import pytest
 from fixtures.containers import image_skip_reason, suite_image
 
-from retrybench.config import ClientPolicy, WorkloadSpec
-from retrybench.live.aio import run_event_loop
-from retrybench.live.containers import ContainerSpec, ServiceContainer, docker_network
-from retrybench.live.eventlog import read_event_log
-from retrybench.live.loadgen import LoadgenSettings, LoadResult, run_load
-from retrybench.live.proxy_container import proxy_container_spec
-from retrybench.live.run import PROXY_LOG
-from retrybench.workload import Call, Trace
+from retrybench.conditions.config import ClientPolicy, WorkloadSpec
+from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, run_load
+from retrybench.proxy.eventlog import PROXY_LOG, read_event_log
+from retrybench.proxy.proxy_container import proxy_container_spec
+from retrybench.serving.aio import run_event_loop
+from retrybench.serving.containers import ContainerSpec, ServiceContainer, docker_network
+from retrybench.traffic.workload import Call, Trace
 
 
 def test_the_proxy_command_names_upstream_policy_clock_and_log(tmp_path: Path) -> None:

@@ -26,10 +26,10 @@ from fixtures.stack import ProxyStack, policy, run_stack
 from fixtures.waiting import until
 
 from retrybench.analysis.conformance import replay
-from retrybench.config import ProxyPolicy
+from retrybench.conditions.config import ProxyPolicy
 from retrybench.engine.core import ExecutionStats
-from retrybench.live.engine_server import EngineServer, EngineServerSettings
-from retrybench.tracefile import read_trace
+from retrybench.engine_server.engine_server import EngineServer, EngineServerSettings
+from retrybench.records.tracefile import read_trace
 
 pytestmark = pytest.mark.live
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from fixtures.stack import ProxyStack, policy, run_stack
+from fixtures.stub_upstream import StubUpstream
 
-from retrybench.config import ProxyPolicy
-from retrybench.live.openai_api import MAX_CALL_ID_CHARS, call_digest
-from retrybench.live.stub_upstream import StubUpstream
+from retrybench.conditions.config import ProxyPolicy
+from retrybench.serving.openai_api import MAX_CALL_ID_CHARS, call_digest
 
 pytestmark = pytest.mark.live
 

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from fixtures.proxy_scenarios import attempt, deferred_cancellation, retried_calls
 from fixtures.stack import External, ProxyStack, policy, run_stack
+from fixtures.stub_upstream import StubUpstream
 from fixtures.waiting import until
 
 from retrybench.analysis.conformance import replay
-from retrybench.config import ProxyPolicy
-from retrybench.live.stub_upstream import StubUpstream
+from retrybench.conditions.config import ProxyPolicy
 
 pytestmark = pytest.mark.live
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 from fixtures.stack import policy, proxy_stack
+from fixtures.stub_upstream import StubUpstream
 from fixtures.waiting import until
 
-from retrybench.live.aio import run_event_loop
-from retrybench.live.assemble import _FATES
-from retrybench.live.stub_upstream import StubUpstream
-from retrybench.runlog import FATE_ORPHANED, FATE_UNFINISHED
+from retrybench.loadgen.assemble import _FATES
+from retrybench.records.runlog import FATE_ORPHANED, FATE_UNFINISHED
+from retrybench.serving.aio import run_event_loop
 
 pytestmark = pytest.mark.live
 

@@ -34,22 +34,22 @@ from click.testing import CliRunner
 from fixtures.front import Front, front_stack, require_nginx, stub_upstreams
 from fixtures.live import EngineFactory
 from fixtures.openai_client import metric
+from fixtures.stub_upstream import StubUpstream
 from fixtures.waiting import within
 
 from retrybench.analysis import summarize
-from retrybench.cli import main
-from retrybench.config import ClientPolicy, WorkloadSpec, load_condition
+from retrybench.cli.main import main
+from retrybench.conditions.config import ClientPolicy, WorkloadSpec, load_condition
 from retrybench.control.router import rendezvous
 from retrybench.engine.profiles import profile_for
-from retrybench.live.aio import run_event_loop
-from retrybench.live.proxy_server import ProxyServer, ProxySettings
-from retrybench.live.run import deployment_run_log, drive
-from retrybench.live.stub_upstream import StubUpstream
-from retrybench.runlog import RunLog
-from retrybench.runner import chat_for
+from retrybench.loadgen.run import deployment_run_log, drive
+from retrybench.plan.spec import RunSpec
+from retrybench.proxy.proxy_server import ProxyServer, ProxySettings
+from retrybench.records.runlog import RunLog
+from retrybench.runs.runner import chat_for
+from retrybench.serving.aio import run_event_loop
 from retrybench.sim.deployment import Deployment, simulate_deployment
-from retrybench.spec import RunSpec
-from retrybench.workload import Trace, generate_trace
+from retrybench.traffic.workload import Trace, generate_trace
 
 pytestmark = pytest.mark.live
 

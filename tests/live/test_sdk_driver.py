@@ -7,12 +7,12 @@ import itertools
 
 import pytest
 from fixtures.stack import ProxyStack, policy, run_stack
+from fixtures.stub_upstream import StubUpstream
 
-from retrybench.config import ClientPolicy, WorkloadSpec
-from retrybench.live.sdk_driver import SdkLoadSettings, run_sdk_load
-from retrybench.live.stub_upstream import StubUpstream
-from retrybench.runlog import COMPLETED, TIMED_OUT
-from retrybench.workload import Call, Trace
+from retrybench.conditions.config import ClientPolicy, WorkloadSpec
+from retrybench.loadgen.sdk_driver import SdkLoadSettings, run_sdk_load
+from retrybench.records.runlog import COMPLETED, TIMED_OUT
+from retrybench.traffic.workload import Call, Trace
 
 pytestmark = pytest.mark.live
 pytest.importorskip("openai")

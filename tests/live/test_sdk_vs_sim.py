@@ -22,15 +22,15 @@ from typing import Any
 import pytest
 from fixtures.stack import ProxyStack, policy, run_stack
 
-from retrybench.client_profiles import load_client_profile
-from retrybench.config import ClientPolicy, ProxyPolicy, WorkloadSpec
+from retrybench.conditions.client_profiles import load_client_profile
+from retrybench.conditions.config import ClientPolicy, ProxyPolicy, WorkloadSpec
 from retrybench.engine.profiles import profile_for
-from retrybench.live.engine_server import EngineServer, EngineServerSettings
-from retrybench.live.loadgen import LoadResult
-from retrybench.live.sdk_driver import SdkLoadSettings, run_sdk_load
-from retrybench.runlog import AttemptRecord, RunLog
+from retrybench.engine_server.engine_server import EngineServer, EngineServerSettings
+from retrybench.loadgen.loadgen import LoadResult
+from retrybench.loadgen.sdk_driver import SdkLoadSettings, run_sdk_load
+from retrybench.records.runlog import AttemptRecord, RunLog
 from retrybench.sim.run import simulate
-from retrybench.workload import Call, Trace
+from retrybench.traffic.workload import Call, Trace
 
 pytestmark = pytest.mark.live
 pytest.importorskip("openai")

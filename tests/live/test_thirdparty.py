@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from retrybench.live.launch import ServerProcess, free_port
-from retrybench.tinymodel import make_tiny_model
-from retrybench.vllm_locate import vllm_executable
+from retrybench.realvllm.tinymodel import make_tiny_model
+from retrybench.realvllm.vllm_locate import vllm_executable
+from retrybench.serving.launch import ServerProcess, free_port
 
 pytestmark = [pytest.mark.live, pytest.mark.thirdparty]
 

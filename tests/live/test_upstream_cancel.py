@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from retrybench.live.http1 import ResponseHead
-from retrybench.live.upstream import UpstreamPool, _Connection
+from retrybench.proxy.http1 import ResponseHead
+from retrybench.proxy.upstream import UpstreamPool, _Connection
 
 
 class FakeTransport:

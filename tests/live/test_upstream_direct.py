@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from retrybench.live.http1 import ResponseHead, frame_chunk
-from retrybench.live.proxy_server import Relay, _Subscriber
-from retrybench.live.upstream import MAX_CLIENT_BUFFER, UpstreamPool, _Connection
+from retrybench.proxy.http1 import ResponseHead, frame_chunk
+from retrybench.proxy.proxy_server import Relay, _Subscriber
+from retrybench.proxy.upstream import MAX_CLIENT_BUFFER, UpstreamPool, _Connection
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 from fixtures.containers import image_skip_reason, suite_image
 
-from retrybench.live.containers import ContainerSpec, ServiceContainer
-from retrybench.live.vllm import (
+from retrybench.plan.spec import RunSpec
+from retrybench.realvllm.tinymodel import make_tiny_model
+from retrybench.realvllm.vllm import (
     CONTAINER_HF_CACHE,
     TRACING_SCHEDULER,
     VllmArgs,
@@ -31,9 +32,8 @@ from retrybench.live.vllm import (
     for_cpu,
     vllm_args_for,
 )
-from retrybench.spec import RunSpec
-from retrybench.tinymodel import make_tiny_model
-from retrybench.vllm_locate import DEFAULT_IMAGE, vllm_image
+from retrybench.realvllm.vllm_locate import DEFAULT_IMAGE, vllm_image
+from retrybench.serving.containers import ContainerSpec, ServiceContainer
 
 TEST_IMAGE = "retrybench/fake-vllm:test"
 
@@ -79,7 +79,7 @@ def test_tracing_mounts_the_source_on_pythonpath(tmp_path: Path) -> None:
     assert (str(tmp_path / "src"), "/opt/retrybench/src", "ro") in spec.volumes
     assert spec.env == {"PYTHONPATH": "/opt/retrybench/src", "RETRYBENCH_VLLM_TRACE": "/results/vllm-trace.jsonl"}
     i = spec.command.index("--scheduler-cls")
-    assert spec.command[i + 1] == "retrybench.live.vllm_trace.TracingAsyncScheduler"
+    assert spec.command[i + 1] == "retrybench.realvllm.vllm_trace.TracingAsyncScheduler"
 
 
 def test_a_local_model_directory_is_mounted_read_only(tmp_path: Path) -> None:
@@ -152,7 +152,7 @@ def test_a_real_vllm_container_serves_the_tiny_model_traced_and_is_removed_with_
     assert gone.returncode != 0, f"container {container.container_id} is still there"
     text = log.read_text()
     assert "non-default args" in text and "'served_model_name': ['retrybench']" in text, text[-2000:]
-    assert "scheduler_cls': 'retrybench.live.vllm_trace.TracingScheduler'" in text
+    assert "scheduler_cls': 'retrybench.realvllm.vllm_trace.TracingScheduler'" in text
     assert "Application startup complete" in text
     header = json.loads((tmp_path / "results" / "vllm-trace.jsonl").read_text().splitlines()[0])
     assert header["engine"] == "vllm" and header["scheduler"] == "TracingScheduler"

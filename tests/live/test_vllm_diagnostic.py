@@ -1,6 +1,6 @@
 """The simulator against a real engine: vLLM's CPU build serving the tiny Llama, on the scaled trace.
 
-`retrybench compare-real-engine` (live/compare_real.py) runs the whole comparison once for this
+`retrybench compare-real-engine` (realvllm/compare_real.py) runs the whole comparison once for this
 module: the engine pinned to one CPU and the harness to another, three calibrations (refused when
 they spread by more than 10%), the capacity curve, then five diagnostic conditions live and in the
 simulator with its engine at the lowest and highest calibrated C-hat. Each condition's targets
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from retrybench.live.compare_real import CONDITIONS, RESULT_FILE, CompareSettings, compare_real_engine
-from retrybench.live.vllm import vllm_executable
+from retrybench.realvllm.compare_real import CONDITIONS, RESULT_FILE, CompareSettings, compare_real_engine
+from retrybench.realvllm.vllm import vllm_executable
 
 pytestmark = [pytest.mark.vllm, pytest.mark.vllm_diagnostic, pytest.mark.live,
               pytest.mark.xdist_group("vllm-diagnostic")]

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from fixtures.engines import container_skip_reason, process_model_skip_reason
 
-from retrybench.doctor import Probe
-from retrybench.live.vllm import (
+from retrybench.cli.doctor import Probe
+from retrybench.plan.spec import RunSpec
+from retrybench.realvllm.vllm import (
     TRACING_ASYNC_SCHEDULER,
     TRACING_SCHEDULER,
     VllmArgs,
@@ -22,8 +23,7 @@ from retrybench.live.vllm import (
     vllm_command,
     vllm_process,
 )
-from retrybench.spec import RunSpec
-from retrybench.vllm_locate import DEFAULT_IMAGE, vllm_executable
+from retrybench.realvllm.vllm_locate import DEFAULT_IMAGE, vllm_executable
 
 
 def spec(condition: str = "no-control", **overrides: object) -> RunSpec:

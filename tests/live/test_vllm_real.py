@@ -48,10 +48,10 @@ from fixtures.vllm_real import (
 from fixtures.waiting import GENEROUS_S, until
 
 from retrybench.analysis.prompt_work import prompt_work
-from retrybench.config import ClientPolicy, ProxyPolicy, WorkloadSpec
-from retrybench.live.loadgen import LoadgenSettings, LoadResult, run_load
-from retrybench.runlog import REFUSED_503
-from retrybench.workload import Call, Trace
+from retrybench.conditions.config import ClientPolicy, ProxyPolicy, WorkloadSpec
+from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, run_load
+from retrybench.records.runlog import REFUSED_503
+from retrybench.traffic.workload import Call, Trace
 
 pytestmark = [pytest.mark.vllm, pytest.mark.live, pytest.mark.xdist_group("vllm")]
 

@@ -17,9 +17,9 @@ import pytest
 from fixtures.waiting import until_sync
 
 from retrybench.analysis.prompt_work import prompt_work
-from retrybench.live import vllm_trace
-from retrybench.live.vllm_trace import TraceRecorder, check_vllm_version
-from retrybench.tracefile import read_trace
+from retrybench.realvllm import vllm_trace
+from retrybench.realvllm.vllm_trace import TraceRecorder, check_vllm_version
+from retrybench.records.tracefile import read_trace
 
 
 class Clock:
@@ -154,7 +154,7 @@ def test_other_versions_are_refused_unless_asked(version: str, monkeypatch: pyte
 
 
 def test_the_scheduler_classes_need_vllm() -> None:
-    import retrybench.live.vllm_trace as plugin
+    import retrybench.realvllm.vllm_trace as plugin
 
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(ImportError):

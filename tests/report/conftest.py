@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from retrybench.results import Result
+from retrybench.records.results import Result
 
 DATA = Path(__file__).parent / "data" / "results.json"
 

@@ -9,13 +9,21 @@ from typing import Any, cast
 
 import pytest
 
-from retrybench.blocks import BLOCKS, PAPER_MODELS, TABLE1, block_specs, blocks_plan, table1_plan, unseen_seeds_plan
+from retrybench.plan.blocks import (
+    BLOCKS,
+    PAPER_MODELS,
+    TABLE1,
+    block_specs,
+    blocks_plan,
+    table1_plan,
+    unseen_seeds_plan,
+)
+from retrybench.plan.spec import RunSpec
+from retrybench.records.results import Result
 from retrybench.report import build_context
 from retrybench.report.context import run_file_name
 from retrybench.report.figures import figure_sdk
 from retrybench.report.runs import RunSet
-from retrybench.results import Result
-from retrybench.spec import RunSpec
 
 META = {"engine": "sim", "wall_s": 1.0}
 QWEN = "qwen2.5-7b-instruct"
@@ -135,7 +143,7 @@ def test_the_page_shows_both_sections_with_their_rows(template: dict[str, Any], 
 def test_reproduce_refuses_an_unknown_block_before_any_run(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from retrybench.cli import main
+    from retrybench.cli.main import main
 
     result = CliRunner().invoke(main, ["reproduce", "--blocks", "retention,no-such-block", "--out", str(tmp_path)])
     assert result.exit_code == 2, result.output

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from markupsafe import escape
 
-from retrybench.blocks import PRIMARY_MODEL
+from retrybench.plan.blocks import PRIMARY_MODEL
+from retrybench.plan.spec import RunSpec
+from retrybench.records.results import Result
 from retrybench.report import build_context, render_html
 from retrybench.report.boundaries import FAILS, RECOVERS, UNKNOWN, boundaries_section, known, outcome_at
 from retrybench.report.figures_boundaries import boundary_figures
 from retrybench.report.meta import gather
-from retrybench.results import Result
-from retrybench.spec import RunSpec
 from retrybench.sweep.boundaries import plan_maps, run_maps
 from retrybench.sweep.executors import Progress
 

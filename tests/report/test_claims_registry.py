@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from retrybench.claims import CLAIMS, ROWS, Case, claim
+from retrybench.records.results import Result
 from retrybench.report import build_context
 from retrybench.report.headlines import HEADLINES
 from retrybench.report.runs import RunSet
 from retrybench.report.verdicts import checks_of
-from retrybench.results import Result
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

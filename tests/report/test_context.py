@@ -6,14 +6,14 @@ from typing import Any, cast
 
 import pytest
 
-from retrybench.blocks import BLOCKS, block_specs
 from retrybench.claims import ROWS
+from retrybench.plan.blocks import BLOCKS, block_specs
+from retrybench.records.results import Result
 from retrybench.report import build_context
 from retrybench.report.context import run_file_name
 from retrybench.report.fmt import span, value
 from retrybench.report.runs import RunSet
 from retrybench.report.verdicts import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNCERTAIN, checks_of, verdict
-from retrybench.results import Result
 
 META = {"engine": "sim", "wall_s": 1.0}
 

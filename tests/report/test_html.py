@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from retrybench.results import Result
+from retrybench.records.results import Result
 
 SECTIONS = ("summary", "table2", "table3", "figures", "checks", "blocks", "metadata")
 FIGURES = ("figure1", "figure3", "figure4", "figure5", "figure6")

@@ -8,15 +8,15 @@ from typing import Any, cast
 
 import pytest
 
-from retrybench.blocks import block_specs
+from retrybench.plan.blocks import block_specs
+from retrybench.plan.spec import RunSpec
+from retrybench.records.results import Result
 from retrybench.report import build_context
 from retrybench.report.context import run_file_name
 from retrybench.report.meta import gather
 from retrybench.report.render import render_html
 from retrybench.report.replicas import replicas_section
 from retrybench.report.runs import RunSet
-from retrybench.results import Result
-from retrybench.spec import RunSpec
 
 META = {"engine": "sim", "wall_s": 1.0}
 QWEN = "qwen2.5-7b-instruct"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import cast
 
-from retrybench.blocks import UNSEEN_SEEDS
 from retrybench.claims import claim
+from retrybench.plan.blocks import UNSEEN_SEEDS
+from retrybench.records.results import Result, is_failed
 from retrybench.report import build_context
 from retrybench.report.robustness import Robustness, robustness
-from retrybench.results import Result, is_failed
 
 QWEN = "qwen2.5-7b-instruct"
 

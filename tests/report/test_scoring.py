@@ -11,10 +11,10 @@ import pytest
 
 from retrybench.claims import claim
 from retrybench.claims.model import Subject
+from retrybench.records.results import Result
 from retrybench.report import build_context
 from retrybench.report.scoring import band, mark, score, tally
 from retrybench.report.verdicts import ClaimCheck
-from retrybench.results import Result
 
 
 @pytest.mark.parametrize(("name", "measured", "low", "high", "expected"), [

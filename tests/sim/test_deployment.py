@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from retrybench.analysis import summarize
-from retrybench.config import ClientPolicy, WorkloadSpec, load_condition
+from retrybench.conditions.config import ClientPolicy, WorkloadSpec, load_condition
 from retrybench.engine.profiles import EngineProfile, profile_for
-from retrybench.runlog import RunLog
+from retrybench.records.runlog import RunLog
 from retrybench.sim.calibrate_deployment import deployment_stage_plan
 from retrybench.sim.deployment import Deployment, simulate_deployment
 from retrybench.sim.run import simulate
-from retrybench.workload import Call, generate_trace
+from retrybench.traffic.workload import Call, generate_trace
 
 # A short trace with a 15-s attempt deadline (as the digest tests' short runs), at twice one engine's
 # rate for two replicas.

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from retrybench import runner
-from retrybench.config import WorkloadSpec, available_conditions, load_condition
+from retrybench.conditions.config import WorkloadSpec, available_conditions, load_condition
 from retrybench.engine.profiles import profile_for
-from retrybench.runner import run_one, simulate_spec
+from retrybench.plan.spec import RunSpec, engine_config_for
+from retrybench.runs import runner
+from retrybench.runs.runner import run_one, simulate_spec
 from retrybench.sim.calibrate import calibrate
 from retrybench.sim.run import simulate
-from retrybench.spec import RunSpec, engine_config_for
-from retrybench.workload import generate_trace
+from retrybench.traffic.workload import generate_trace
 
 # C-hat of each model as calibrated by the code these digests were taken on; fixed here so that the
 # runs do not depend on (or wait for) the calibration.

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from retrybench import runlog
 from retrybench.analysis import summarize
-from retrybench.config import ClientPolicy, ProxyPolicy, WorkloadSpec, load_condition
+from retrybench.conditions.config import ClientPolicy, ProxyPolicy, WorkloadSpec, load_condition
 from retrybench.engine.profiles import EngineProfile, profile_for
-from retrybench.runlog import ExecutionRecord, RunLog
+from retrybench.records import runlog
+from retrybench.records.runlog import ExecutionRecord, RunLog
 from retrybench.sim.run import simulate
-from retrybench.workload import Call, generate_trace
+from retrybench.traffic.workload import Call, generate_trace
 
 SPEC = WorkloadSpec(chat_calls_per_s=2.8, base_s=20, pulse_s=30, hold_s=60, pulse_rate_x=2.7)
 META: dict[str, Any] = {"chat": 2.8, "pulse_start_s": 20.0, "pulse_end_s": 50.0, "hold_end_s": 110.0,

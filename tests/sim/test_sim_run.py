@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from retrybench import runlog
-from retrybench.config import ClientPolicy, EngineConfig, ProxyPolicy, WorkloadSpec
+from retrybench.conditions.config import ClientPolicy, EngineConfig, ProxyPolicy, WorkloadSpec
 from retrybench.engine.profiles import EngineProfile, profile_for
-from retrybench.runlog import AttemptRecord, RunLog
+from retrybench.records import runlog
+from retrybench.records.runlog import AttemptRecord, RunLog
 from retrybench.sim.run import simulate
-from retrybench.workload import Call, generate_trace
+from retrybench.traffic.workload import Call, generate_trace
 
 SPEC = WorkloadSpec(chat_calls_per_s=0.5, base_s=20, pulse_s=10, hold_s=30)
 META: dict[str, Any] = {"test": "sim", "pulse_start_s": SPEC.pulse_start_s, "pulse_end_s": SPEC.pulse_end_s,

@@ -18,8 +18,8 @@ from retrybench.analysis.delivery import (
     recovery,
 )
 from retrybench.analysis.rates import Rates, rate_window, rates
-from retrybench.results import Metrics
-from retrybench.runlog import (
+from retrybench.records.results import Metrics
+from retrybench.records.runlog import (
     FATE_CANCELLED,
     FATE_DROPPED,
     FATE_REFUSED,

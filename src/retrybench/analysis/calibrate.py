@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from retrybench.config import ClientPolicy
-from retrybench.runlog import RunLog
+from retrybench.conditions.config import ClientPolicy
+from retrybench.records.runlog import RunLog
 
 __all__ = ["CALIBRATION_CLIENT", "FIRST_STAGE_RATE", "LATENCY_RATE", "NO_DEADLINE_S", "SATURATION_PER_S", "STAGES",
            "STAGE_FACTOR", "STAGE_S", "Calibration", "StageResult", "calibration_from_log", "stage_plan"]

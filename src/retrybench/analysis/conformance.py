@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from retrybench.config import ProxyPolicy
+from retrybench.conditions.config import ProxyPolicy
 from retrybench.control.proxy import (
     Action,
     Attach,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from retrybench.runlog import RunLog
+from retrybench.records.runlog import RunLog
 
 __all__ = [
     "CohortDelivery",

@@ -10,7 +10,7 @@ abort (its end equals the abort's time) finishes after it: with two batches issu
 flight, as the paper's traces, which log a step's end in `update_from_output`, see them. Executions aborted
 before their first output token are what vLLM's prompt-token counter misses.
 
-Only the trace's JSONL schema (tracefile.py) is read, so a real vLLM's trace is analysed alike.
+Only the trace's JSONL schema (records/tracefile.py) is read, so a real vLLM's trace is analysed alike.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from retrybench.analysis.delivery import meta_s, samples_in
-from retrybench.runlog import FATE_COMPLETED, FATE_ORPHANED, RunLog
+from retrybench.records.runlog import FATE_COMPLETED, FATE_ORPHANED, RunLog
 
 __all__ = ["Rates", "rate_window", "rates"]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from retrybench.analysis.delivery import meta_s
-from retrybench.runlog import ExecutionRecord, RunLog
+from retrybench.records.runlog import ExecutionRecord, RunLog
 
 __all__ = ["CounterCheck", "RetryTiming", "counter_check", "retry_timing"]
 

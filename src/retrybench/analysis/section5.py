@@ -10,8 +10,8 @@ from retrybench.analysis.prompt_work import TraceEvents, prompt_work
 from retrybench.analysis.retry_timing import counter_check, retry_timing
 from retrybench.analysis.step_time import prompt_step_time_shares
 from retrybench.gcpause import cyclic_gc_paused
-from retrybench.results import PromptWork, RetryTiming
-from retrybench.runlog import RunLog
+from retrybench.records.results import PromptWork, RetryTiming
+from retrybench.records.runlog import RunLog
 
 __all__ = ["timing_and_counters", "trace_summary"]
 

@@ -1,6 +1,6 @@
 """Scheduler step time divided among a step's executions (Section 5.1, "Counted in time rather than tokens").
 
-Pure: reads engine-trace events (retrybench.tracefile), never a file or a clock. Each step's time is fitted as
+Pure: reads engine-trace events (retrybench.records.tracefile), never a file or a clock. Each step's time is fitted as
 fixed + per_execution * executions + per_token * tokens, then split under five rules (RULES); the report is the
 share of step time charged to executions later aborted (an "aborted" event anywhere in the trace).
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from retrybench.results import RunSummary
+from retrybench.records.results import RunSummary
 
 __all__ = ["Case", "Check", "Claim", "Fetch", "MissingFigure", "Outcome", "Pairs", "Part", "Row", "Subject", "Variant",
            "all_subjects", "number"]

@@ -3,10 +3,10 @@ mixed-prompt repeat."""
 
 from __future__ import annotations
 
-from retrybench.blocks import BLOCKS, PRIMARY_MODEL
 from retrybench.claims.model import Check, Claim, Variant, number
+from retrybench.claims.paper import near, paper_values
 from retrybench.claims.rows import FINDING1, SECTION42_2X
-from retrybench.paper import near, paper_values
+from retrybench.plan.blocks import BLOCKS, PRIMARY_MODEL
 
 __all__ = ["CLAIMS"]
 

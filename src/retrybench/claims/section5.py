@@ -3,11 +3,11 @@ tokens, and Finding 4's counter gap on the diagnostic block of every model."""
 
 from __future__ import annotations
 
-from retrybench.blocks import BLOCKS, PRIMARY_MODEL
 from retrybench.claims.model import Check, Claim, Variant, number
+from retrybench.claims.paper import near, paper_values
 from retrybench.claims.rows import FINDING2, FINDING3, FINDING4
-from retrybench.paper import near, paper_values
-from retrybench.results import RunSummary
+from retrybench.plan.blocks import BLOCKS, PRIMARY_MODEL
+from retrybench.records.results import RunSummary
 
 __all__ = ["CLAIMS"]
 

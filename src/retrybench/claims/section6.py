@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from retrybench.blocks import BLOCKS, PRIMARY_MODEL, TABLE1
 from retrybench.claims.model import Check, Claim, Pairs, Subject, Variant, number
+from retrybench.claims.paper import FAR, near, paper_values
 from retrybench.claims.rows import FINDING5, FINDING6, FINDING7, SECTION62_Q338, SECTION64, SECTION65
-from retrybench.paper import FAR, near, paper_values
+from retrybench.plan.blocks import BLOCKS, PRIMARY_MODEL, TABLE1
 
 __all__ = ["CLAIMS"]
 

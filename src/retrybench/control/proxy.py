@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from retrybench.config import ProxyPolicy
+from retrybench.conditions.config import ProxyPolicy
 from retrybench.control.budget import RetryBudget
 from retrybench.control.estimate import WaitEstimator
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from retrybench.engine.profiles import EngineProfile
 from retrybench.engine.scheduler import ABORTED, FINISHED, WAITING, Batch, Request, Scheduler
-from retrybench.tracefile import ExecutionEvent
+from retrybench.records.tracefile import ExecutionEvent
 
 __all__ = ["EngineCore", "EngineEvent", "ExecutionStats"]
 

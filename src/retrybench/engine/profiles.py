@@ -46,7 +46,7 @@ from importlib import resources
 from itertools import accumulate
 from typing import Any
 
-from retrybench.config import EngineConfig
+from retrybench.conditions.config import EngineConfig
 from retrybench.engine.layer_table import LayerTable, layer_table
 
 __all__ = ["GPUS", "MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts", "elementwise_s_per_token",

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from retrybench.config import EngineConfig
+from retrybench.conditions.config import EngineConfig
 from retrybench.engine.kv import BlockPool, Owner
 
 __all__ = ["Batch", "Counters", "Request", "Scheduler"]

@@ -15,12 +15,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from retrybench.blocks import BLOCKS, PRIMARY_MODEL, TRIGGER_SWEEP
-from retrybench.config import load_condition
-from retrybench.paper import paper_values
+from retrybench.claims.paper import paper_values
+from retrybench.conditions.config import load_condition
+from retrybench.plan.blocks import BLOCKS, PRIMARY_MODEL, TRIGGER_SWEEP
+from retrybench.plan.spec import RunSpec
+from retrybench.records.results import Result, is_failed
 from retrybench.report.runs import spec_of
-from retrybench.results import Result, is_failed
-from retrybench.spec import RunSpec
 
 __all__ = ["PAPER_Q", "UNCERTAIN_PULSE_X", "Known", "boundaries_section", "known", "outcome_at"]
 

@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-from retrybench.blocks import BLOCKS, DIAGNOSTIC, PRIMARY_MODEL, UNSEEN_SEEDS, paper_runs
 from retrybench.claims import ROWS, Row, claim
-from retrybench.paper import paper_values
+from retrybench.claims.paper import paper_values
+from retrybench.plan.blocks import BLOCKS, DIAGNOSTIC, PRIMARY_MODEL, UNSEEN_SEEDS, paper_runs
+from retrybench.records.results import Result, RunSummary, is_failed
 from retrybench.report import fmt
 from retrybench.report.headlines import HEADLINES
 from retrybench.report.replicas import deployment_suffix, replicas_section
@@ -25,7 +26,6 @@ from retrybench.report.robustness import robustness
 from retrybench.report.runs import Entry, RunSet, spec_of
 from retrybench.report.scoring import SYMBOLS, ScoredFigure, score, tally
 from retrybench.report.verdicts import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNCERTAIN, ClaimCheck, checks_of, verdict
-from retrybench.results import Result, RunSummary, is_failed
 
 __all__ = ["build_context", "run_file_name"]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from retrybench import __version__
-from retrybench.cache import code_version
 from retrybench.engine.profiles import MODELS
+from retrybench.records.cache import code_version
 
 __all__ = ["PACKAGES", "gather", "git_commit"]
 

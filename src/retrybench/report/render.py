@@ -10,7 +10,7 @@ from typing import Any
 
 import jinja2
 
-from retrybench.atomicfile import write_atomic
+from retrybench.records.atomicfile import write_atomic
 from retrybench.report.context import run_file_name
 from retrybench.report.figures import FIGURES
 from retrybench.report.figures_boundaries import boundary_figures

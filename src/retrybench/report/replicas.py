@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
-from retrybench.blocks import BLOCKS, PRIMARY_MODEL, PROXY_TIERS, REPLICA_DEPLOYMENTS
+from retrybench.plan.blocks import BLOCKS, PRIMARY_MODEL, PROXY_TIERS, REPLICA_DEPLOYMENTS
+from retrybench.plan.spec import DEPLOYMENT_DEFAULTS, RunSpec
+from retrybench.records.results import RunSummary
 from retrybench.report import fmt
 from retrybench.report.runs import RunSet
-from retrybench.results import RunSummary
-from retrybench.spec import DEPLOYMENT_DEFAULTS, RunSpec
 
 __all__ = ["deployment_suffix", "replicas_section"]
 

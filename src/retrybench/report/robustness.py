@@ -13,10 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from retrybench.blocks import BLOCKS
 from retrybench.claims import CLAIMS, Claim, MissingFigure
+from retrybench.plan.blocks import BLOCKS
+from retrybench.records.results import Result
 from retrybench.report.runs import MissingRun, RunFailed, RunSet
-from retrybench.results import Result
 
 __all__ = ["ROBUST_SHARE", "Robustness", "robustness"]
 

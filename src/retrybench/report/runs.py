@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from retrybench.blocks import BLOCKS, TABLE1, block_specs
-from retrybench.results import Result, RunSummary, is_failed
-from retrybench.spec import RunSpec
+from retrybench.plan.blocks import BLOCKS, TABLE1, block_specs
+from retrybench.plan.spec import RunSpec
+from retrybench.records.results import Result, RunSummary, is_failed
 
 __all__ = ["Entry", "MissingRun", "RunFailed", "RunSet", "spec_of"]
 

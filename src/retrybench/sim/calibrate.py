@@ -17,10 +17,10 @@ from retrybench.analysis.calibrate import (
     calibration_from_log,
     stage_plan,
 )
-from retrybench.config import ProxyPolicy, WorkloadSpec
+from retrybench.conditions.config import ProxyPolicy, WorkloadSpec
 from retrybench.engine.profiles import EngineProfile
 from retrybench.sim.run import simulate
-from retrybench.workload import concat_calls, stage_trace
+from retrybench.traffic.workload import concat_calls, stage_trace
 
 __all__ = ["CALIBRATION_SEEDS", "RepeatedCalibration", "average_calibrations", "calibrate", "calibrate_repeated"]
 

@@ -26,11 +26,11 @@ from retrybench.analysis.calibrate import (
     calibration_from_log,
     stage_plan,
 )
-from retrybench.config import ProxyPolicy, WorkloadSpec
+from retrybench.conditions.config import ProxyPolicy, WorkloadSpec
 from retrybench.engine.profiles import EngineProfile
 from retrybench.sim.calibrate import CALIBRATION_SEEDS, RepeatedCalibration, average_calibrations
 from retrybench.sim.deployment import Deployment, simulate_deployment
-from retrybench.workload import concat_calls, stage_trace
+from retrybench.traffic.workload import concat_calls, stage_trace
 
 __all__ = ["calibrate_deployment", "calibrate_deployment_repeated", "deployment_stage_plan"]
 

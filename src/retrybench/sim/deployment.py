@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from retrybench import runlog
-from retrybench.config import ClientPolicy, ProxyPolicy
+from retrybench.conditions.config import ClientPolicy, ProxyPolicy
 from retrybench.control.proxy import (
     Action,
     Attach,
@@ -51,9 +50,10 @@ from retrybench.control.router import (
 from retrybench.engine.core import EngineCore
 from retrybench.engine.profiles import EngineProfile
 from retrybench.gcpause import cyclic_gc_paused
-from retrybench.runlog import AttemptOutcome, ExecutionRecord, RunLog
+from retrybench.records import runlog
+from retrybench.records.runlog import AttemptOutcome, ExecutionRecord, RunLog
 from retrybench.sim.run import _ABORT, _ARRIVAL, _DEADLINE, _SEND, _TIMER, _Attempt, _Sim
-from retrybench.workload import Call
+from retrybench.traffic.workload import Call
 
 __all__ = ["Deployment", "simulate_deployment"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from retrybench.config import ConfigError
+from retrybench.conditions.config import ConfigError
 from retrybench.engine.profiles import GPUS, EngineProfile, profile_for
+from retrybench.plan.spec import RunSpec
 from retrybench.sim.deployment import Deployment
-from retrybench.spec import RunSpec
 
 __all__ = ["DeploymentBuild", "deployment_build", "deployment_of", "replica_profiles"]
 

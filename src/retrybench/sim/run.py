@@ -1,6 +1,6 @@
 """Play calls through client -> proxy -> engine in virtual time and return the run log.
 
-The client (client.py), the proxy (control/proxy.py) and the engine (engine/) are the pure
+The client (traffic/client.py), the proxy (control/proxy.py) and the engine (engine/) are the pure
 deciders; this module only carries their decisions to each other at the right virtual time.
 A run ends when no call is outstanding; the engine may still hold orphaned executions then.
 """
@@ -14,9 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from retrybench import runlog
-from retrybench.client import CallDelivered, CallFailed, ClientAction, RetryingClient, SendAttempt
-from retrybench.config import ClientPolicy, ProxyPolicy
+from retrybench.conditions.config import ClientPolicy, ProxyPolicy
 from retrybench.control.proxy import (
     Action,
     Attach,
@@ -35,7 +33,8 @@ from retrybench.control.proxy import (
 from retrybench.engine.core import EngineCore, ExecutionStats
 from retrybench.engine.profiles import EngineProfile
 from retrybench.gcpause import cyclic_gc_paused
-from retrybench.runlog import (
+from retrybench.records import runlog
+from retrybench.records.runlog import (
     AttemptOutcome,
     AttemptRecord,
     CallRecord,
@@ -46,7 +45,8 @@ from retrybench.runlog import (
     RunLog,
 )
 from retrybench.sim.loop import EventLoop
-from retrybench.workload import Call
+from retrybench.traffic.client import CallDelivered, CallFailed, ClientAction, RetryingClient, SendAttempt
+from retrybench.traffic.workload import Call
 
 __all__ = ["simulate"]
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, fields, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from retrybench.client_profiles import available_client_profiles
-from retrybench.config import ClientPolicy, ConfigError, ProxyPolicy
+from retrybench.conditions.client_profiles import available_client_profiles
+from retrybench.conditions.config import ClientPolicy, ConfigError, ProxyPolicy
 from retrybench.engine.profiles import GPUS, MODELS
-from retrybench.spec import OverrideValue
+from retrybench.plan.spec import OverrideValue
 
 __all__ = ["MAX_VALUES", "Axis", "AxisError", "axis_names", "parse_axes", "parse_axis"]
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from retrybench.blocks import PRIMARY_MODEL, PULSES_X, TABLE1
-from retrybench.config import Condition, load_condition
+from retrybench.conditions.config import Condition, load_condition
+from retrybench.plan.blocks import PRIMARY_MODEL, PULSES_X, TABLE1
 from retrybench.report.boundaries import PAPER_Q
 from retrybench.sweep.axes import Axis, parse_axis
 from retrybench.sweep.executors import Progress, RunExecutor

@@ -13,9 +13,9 @@ import click
 from rich.console import Console
 from rich.progress import Progress
 
-from retrybench.results import Result, is_failed
-from retrybench.runner import run_is_cached
-from retrybench.spec import RunSpec
+from retrybench.plan.spec import RunSpec
+from retrybench.records.results import Result, is_failed
+from retrybench.runs.runner import run_is_cached
 from retrybench.sweep.axes import AxisError, parse_axes
 from retrybench.sweep.executors import RayMissing, RunExecutor, make_executor
 from retrybench.sweep.output import document, write_outputs

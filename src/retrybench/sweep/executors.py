@@ -14,9 +14,10 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from retrybench.cache import code_version
-from retrybench.results import FailedRun, Result, is_failed
-from retrybench.runner import (
+from retrybench.plan.spec import RunSpec
+from retrybench.records.cache import code_version
+from retrybench.records.results import FailedRun, Result, is_failed
+from retrybench.runs.runner import (
     calibrate_builds,
     calibration_for,
     run_is_cached,
@@ -26,7 +27,6 @@ from retrybench.runner import (
     store_run,
     summarize_spec,
 )
-from retrybench.spec import RunSpec
 
 __all__ = ["EXECUTORS", "LocalExecutor", "Progress", "RayExecutor", "RayMissing", "RunExecutor", "make_executor"]
 

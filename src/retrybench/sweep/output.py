@@ -8,8 +8,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from retrybench.atomicfile import write_atomic
-from retrybench.cache import code_version
+from retrybench.records.atomicfile import write_atomic
+from retrybench.records.cache import code_version
 from retrybench.sweep.page import render_page
 from retrybench.sweep.plan import SweepPlan
 from retrybench.sweep.run import SweepResult

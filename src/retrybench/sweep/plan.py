@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from retrybench.config import ConfigError, load_condition
+from retrybench.conditions.config import ConfigError, load_condition
 from retrybench.engine.profiles import profile_for
-from retrybench.spec import OverrideValue, RunSpec, condition_for, engine_config_for
+from retrybench.plan.spec import OverrideValue, RunSpec, condition_for, engine_config_for
 from retrybench.sweep.axes import Axis
 from retrybench.sweep.bisect import grid
 

@@ -11,9 +11,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from retrybench.results import Result, is_failed
-from retrybench.runner import run_is_cached
-from retrybench.spec import RunSpec
+from retrybench.plan.spec import RunSpec
+from retrybench.records.results import Result, is_failed
+from retrybench.runs.runner import run_is_cached
 from retrybench.sweep.boundaries import plan_maps, run_maps, runs_bound
 from retrybench.sweep.executors import LocalExecutor
 from retrybench.sweep.executors import Progress as Report

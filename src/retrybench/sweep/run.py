@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from retrybench.results import Result, RunSummary, is_failed
-from retrybench.spec import OverrideValue
+from retrybench.plan.spec import OverrideValue
+from retrybench.records.results import Result, RunSummary, is_failed
 from retrybench.sweep.bisect import Bisection, Boundary, boundary_of
 from retrybench.sweep.executors import Progress, RunExecutor
 from retrybench.sweep.plan import Point, SweepPlan, check_specs

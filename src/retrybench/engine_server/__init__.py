@@ -1,0 +1,1 @@
+"""The simulated engine served over HTTP in wall-clock time."""

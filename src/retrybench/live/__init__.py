@@ -1,1 +1,0 @@
-"""The live stack: the proxy server, the load generator and the engine server, over real HTTP."""

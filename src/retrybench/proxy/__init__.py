@@ -1,0 +1,1 @@
+"""The overload-control proxy as a server: upstream connections, relays, metrics, its decision log, its container."""

@@ -1,0 +1,3 @@
+"""Real vLLM: its engine arguments, process and container, the tracing plugin, its images, and the comparison
+with the simulator.
+"""

@@ -1,0 +1,1 @@
+"""The records a run leaves: run logs, engine traces, results, the cache, atomic writes."""
