@@ -152,19 +152,11 @@ def _containers(settings: CompareSettings, plan: PinningPlan) -> Iterator[tuple[
     """The vLLM container (CPU image, tiny model, pinned to the engine's CPUs) on a Docker network of
     its own, and a launcher of proxy containers (pinned to the harness's CPUs) in front of it."""
     from retrybench.proxy.proxy_container import ContainerProxies
-    from retrybench.realvllm.images import image_tag
     from retrybench.realvllm.vllm import container_spec_for
-    from retrybench.realvllm.vllm_locate import source_root
-    from retrybench.serving.containers import ServiceContainer, docker_network, require_image
+    from retrybench.serving.containers import ServiceContainer, docker_network
 
-    root = source_root()
-    if root is None and (settings.vllm_image is None or settings.proxy_image is None):
-        raise FileNotFoundError("runtime 'container' names its images from the checkout: run from one, or pass "
-                                "vllm_image and proxy_image")
-    vllm_image = settings.vllm_image or image_tag("vllm", root.parent)  # type: ignore[union-attr]
-    proxy_image = settings.proxy_image or image_tag("proxy", root.parent)  # type: ignore[union-attr]
-    for kind, tag in (("vllm", vllm_image), ("proxy", proxy_image)):
-        require_image(tag, f"python scripts/build_image.py {kind}")
+    vllm_image = _image(settings.vllm_image, "vllm")
+    proxy_image = _image(settings.proxy_image, "proxy")
     model = make_tiny_model(settings.out / "tiny-llama")
     args = for_cpu(VllmArgs(model=str(model)))
     results = settings.out / "vllm-results"
@@ -175,6 +167,22 @@ def _containers(settings: CompareSettings, plan: PinningPlan) -> Iterator[tuple[
                                                        start_timeout_s=settings.engine_start_timeout_s) as engine:
         yield engine.url, ContainerProxies(image=proxy_image, network=network, upstream=f"http://{ENGINE_ALIAS}:8000",
                                            cpus=plan.harness_cpus)
+
+
+def _image(given: str | None, kind: str) -> str:
+    """`given`, or the tag of this checkout's `kind` image; either must be in the local Docker engine."""
+    from retrybench.realvllm.images import image_tag
+    from retrybench.realvllm.vllm_locate import source_root
+    from retrybench.serving.containers import require_image
+
+    if given is None:
+        root = source_root()
+        if root is None:
+            raise FileNotFoundError(f"runtime 'container' names its {kind} image from the checkout: run from one "
+                                    f"or pass the image")
+        given = image_tag(kind, root.parent)
+    require_image(given, f"python scripts/build_image.py {kind}")
+    return given
 
 
 def _finite(value: Any) -> Any:
