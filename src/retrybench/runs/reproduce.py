@@ -21,6 +21,7 @@ from retrybench.plan.spec import RunSpec
 from retrybench.records.results import Result, is_failed
 from retrybench.runs.display import Display, SilentDisplay
 from retrybench.runs.executors import Executor, make_executor, run_specs
+from retrybench.runs.ray import RayMissing
 from retrybench.runs.store import run_is_cached
 from retrybench.sweep.reproduce import BOUNDARIES, Computed, compute_maps, wanted
 
@@ -138,10 +139,11 @@ def plan_reproduction(request: ReproduceRequest) -> ReproducePlan:
 
 
 def executor_for(request: ReproduceRequest) -> Executor:
-    """The request's executor: local or ray on the simulator, else the live engine's."""
+    """The request's executor: local or ray on the simulator, else the live engine's; ReproduceError where
+    the options do not go together or Ray is missing."""
     try:
         return make_executor(request.executor, jobs=request.jobs, address=request.address, engine=request.engine)
-    except ValueError as error:
+    except (ValueError, RayMissing) as error:
         raise ReproduceError(str(error)) from error
 
 
