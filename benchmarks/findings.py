@@ -14,7 +14,7 @@ from retrybench.claims import Case, Claim, all_subjects
 from retrybench.plan.blocks import paper_runs
 from retrybench.plan.spec import RunSpec
 from retrybench.records.results import RunSummary
-from retrybench.runs.runner import run_one
+from retrybench.runs.executors import run_one
 
 __all__ = ["PRIMARY", "Record", "assert_claim", "cases", "result"]
 

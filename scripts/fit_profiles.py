@@ -41,11 +41,11 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize
 
+from retrybench.calibration.simulated import calibrate_repeated
+from retrybench.calibration.stages import LATENCY_SHARE
 from retrybench.conditions.config import WorkloadSpec
 from retrybench.engine.layer_table import LayerTable, format_layer_table, layer_table_from_steps
 from retrybench.engine.profiles import GPUS, MODELS, EngineProfile, StepCosts, profile_for
-from retrybench.realvllm.calibrate import LATENCY_SHARE
-from retrybench.sim.calibrate import calibrate_repeated
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "src" / "retrybench" / "claims" / "paper_values.toml"

@@ -14,9 +14,9 @@ import argparse
 import sys
 
 from retrybench.analysis.delivery import recovery
+from retrybench.calibration.store import calibration_for
 from retrybench.plan.spec import RunSpec
 from retrybench.realvllm.simband import simulate_spec_at
-from retrybench.runs.runner import calibration_for
 
 # (condition, pulse): the paper's recovery time after the pulse, s (None: not within the hold), from
 # Table 3 (Qwen2.5-7B; the other two models match it without retries) and Section 4.1.

@@ -31,10 +31,12 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS: dict[str, tuple[str, ...]] = {
     "leaf": (ROOT, "retrybench.gcpause", "retrybench.records", "retrybench.conditions", "retrybench.claims.paper",
              "retrybench.plan.engine_choice", "retrybench.realvllm.vllm_locate", "retrybench.realvllm.tinymodel"),
-    "core": ("retrybench.analysis", "retrybench.traffic", "retrybench.control", "retrybench.engine"),
+    "core": ("retrybench.analysis", "retrybench.traffic", "retrybench.control", "retrybench.engine",
+             "retrybench.calibration.stages"),
     "domain": ("retrybench.plan",),
     "claims": ("retrybench.claims",),
     "sim": ("retrybench.sim",),
+    "calibration": ("retrybench.calibration",),
     "runs": ("retrybench.runs",),
     "serving": ("retrybench.serving",),
     "proxy": ("retrybench.proxy",),
@@ -43,6 +45,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "realvllm": ("retrybench.realvllm",),
     "report": ("retrybench.report",),
     "sweep": ("retrybench.sweep",),
+    "reproduce": ("retrybench.runs.reproduce",),
     "doctor": ("retrybench.cli.doctor",),
     "cli": ("retrybench.cli", "retrybench.__main__"),
 }
@@ -54,22 +57,25 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "domain": frozenset({"leaf", "core", "domain"}),
     "claims": frozenset({"leaf", "core", "domain", "claims"}),
     "sim": frozenset({"leaf", "core", "domain", "sim"}),
-    "runs": frozenset({"leaf", "core", "domain", "sim", "runs"}),
+    "calibration": frozenset({"leaf", "core", "domain", "sim", "calibration"}),
+    "runs": frozenset({"leaf", "core", "domain", "sim", "calibration", "runs"}),
     "serving": frozenset({"leaf", "core", "serving"}),
     "proxy": frozenset({"leaf", "core", "serving", "proxy"}),
     "engine_server": frozenset({"leaf", "core", "serving", "engine_server"}),
     "loadgen": frozenset({"leaf", "core", "domain", "serving", "proxy", "engine_server", "loadgen"}),
-    "realvllm": frozenset({"leaf", "core", "domain", "sim", "serving", "proxy", "loadgen", "realvllm"}),
+    "realvllm": frozenset({"leaf", "core", "domain", "sim", "calibration", "serving", "proxy", "loadgen", "realvllm"}),
     "report": frozenset({"leaf", "core", "domain", "claims", "report"}),
     "sweep": frozenset({"leaf", "core", "domain", "runs", "report", "sweep"}),
+    "reproduce": frozenset({"leaf", "core", "domain", "calibration", "runs", "report", "sweep", "reproduce"}),
     "doctor": frozenset(),  # only STDLIB_ONLY modules, below
     "cli": frozenset(LAYERS),
 }
 
 LIVE = frozenset({"serving", "proxy", "engine_server", "loadgen", "realvllm"})  # the wings over real HTTP
 
-# (layer, layer) edges allowed only as lazy imports: the run service starts a live run on request.
-LAZY_ONLY: frozenset[tuple[str, str]] = frozenset({("runs", "loadgen"), ("runs", "realvllm")})
+# (layer, layer) edges allowed only as lazy imports: the run service starts a live run, and the calibration
+# a live calibration, on request.
+LAZY_ONLY: frozenset[tuple[str, str]] = frozenset({("runs", "loadgen"), ("calibration", "loadgen")})
 
 # Modules that import nothing but the standard library and each other (lazily included), so that they,
 # and doctor, which may import only these, work on a base install with no dependency at all.
@@ -91,7 +97,7 @@ EXTRAS: dict[str, frozenset[str]] = {
     "docker": frozenset({"serving"}),
     "vllm": frozenset({"realvllm"}),
     "scipy": frozenset(),
-    "ray": frozenset({"sweep"}),
+    "ray": frozenset({"runs"}),
 }
 
 # The test side: the package never imports it.

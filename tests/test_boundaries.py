@@ -9,21 +9,22 @@ import math
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from fixtures.runner_fakes import StandInExecutor
 
+from retrybench.calibration.store import EngineBuild
 from retrybench.cli.main import main
 from retrybench.plan.blocks import PAPER_MODELS, PRIMARY_MODEL, PULSES_X, TABLE1
 from retrybench.plan.spec import RunSpec
 from retrybench.records.cache import write_entry
-from retrybench.records.results import Result
 from retrybench.report.boundaries import PAPER_Q, boundaries_section
-from retrybench.runs import runner
-from retrybench.sweep import boundaries, executors
+from retrybench.runs import executors
+from retrybench.runs.executors import LocalExecutor
+from retrybench.runs.plan import RunPlan
+from retrybench.sweep import boundaries
 from retrybench.sweep.boundaries import BoundaryMap, plan_maps, pulse_map, run_maps, runs_bound
-from retrybench.sweep.executors import LocalExecutor, Progress
 from retrybench.sweep.reproduce import wanted
 
 QWEN3 = "qwen3-14b"
@@ -91,26 +92,22 @@ def test_reproduce_computes_the_maps_with_all_or_by_name() -> None:
     assert not wanted("diagnostic,trigger-sweep,composition", skip=False)  # what the resume test runs
 
 
-class ThresholdExecutor:
-    """A stand-in engine: a run recovers below its cell's threshold. Records every call."""
-
-    name = "fake"
+class ThresholdExecutor(StandInExecutor):
+    """A stand-in engine: a run recovers below its cell's threshold. Records every round (plan)."""
 
     def __init__(self, threshold: Callable[[RunSpec], tuple[str, float]]) -> None:
+        super().__init__(self.outcome_of)
         self.threshold = threshold
         self.calls: list[list[RunSpec]] = []
 
-    def run(self, specs: Sequence[RunSpec], progress: Progress | None = None) -> list[Result]:
+    def plan(self, specs: Sequence[RunSpec]) -> RunPlan:
         self.calls.append(list(specs))
-        results: list[Any] = []
-        for spec in specs:
-            axis, limit = self.threshold(spec)
-            value = spec.engine_cap if axis == "engine_cap" else spec.pulse_x
-            results.append({"recovered": value is not None and value < limit, "hold_delivered_pct": 50.0})
-        return results
+        return super().plan(specs)
 
-    def close(self) -> None:
-        pass
+    def outcome_of(self, spec: RunSpec) -> dict[str, object]:
+        axis, limit = self.threshold(spec)
+        value = spec.engine_cap if axis == "engine_cap" else spec.pulse_x
+        return {"recovered": value is not None and value < limit, "hold_delivered_pct": 50.0}
 
 
 # Per model and seed, the pulse from which retries-on-cancel-off does not recover; the Q from which the
@@ -151,13 +148,15 @@ def test_a_synthetic_monotone_outcome_gives_its_critical_values_and_spread() -> 
         assert row["spread"] == (f"{min(expected):g}" if len(set(expected)) == 1 else
                                  f"{min(expected):g}–{max(expected):g}")
         assert rows["coalescing", model]["seeds"][0]["critical"] == "> 3"  # recovers over the whole range
-    qwen25 = section["pulse_cell"]["sentences"][0]
+    cell, q = section["pulse_cell"], section["q_range"]
+    assert cell is not None and q is not None
+    qwen25 = cell["sentences"][0]
     assert qwen25.startswith(f"{PRIMARY_MODEL}: the smallest pulse that does not recover is 2 on seed 1, 2.25 on "
                              "seed 2")
     assert "seeds that do not recover: 1 of 2" in qwen25 and "on 2 of 2 seeds" in qwen25
     deferral = {r["other"]: r["seeds"][0]["critical"] for r in section["tables"]["deferral"]}
     assert deferral == {"0": "1.25", "1": "1.25", "2": "1.5", "5": "1.75", "10": "2.25", "30": "> 3"}
-    off = next(s for s in section["q_range"]["sentences"] if s.startswith("engine-cap-338 at 2.7"))
+    off = next(s for s in q["sentences"] if s.startswith("engine-cap-338 at 2.7"))
     assert "is 300 on seed 1, 350 on seed 2 (grid step 25)" in off
     assert "Every seed recovers at Q ≤ 275. No seed recovers at Q ≥ 350." in off
     assert "Recovery depends on the seed from Q = 300 to 325." in off
@@ -167,7 +166,7 @@ def test_a_synthetic_monotone_outcome_gives_its_critical_values_and_spread() -> 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path / "cache"))
-    write_entry(runner._calibration_path(QWEN3, "h100", False, 1.0), {"chat": CHAT})  # no test calibrates
+    write_entry(EngineBuild(QWEN3).path(), {"chat": CHAT})  # no test calibrates
     return tmp_path / "cache"
 
 
@@ -182,7 +181,7 @@ def test_a_map_cell_is_the_run_retrybench_run_computes(cache: Path, tmp_path: Pa
     spec = RunSpec(model=QWEN3, condition="retries-on-cancel-off", seed=1, pulse_x=row["pulse_x"])
     assert row["key"] == spec.key()  # the very cache entry reproduce's runs use
     monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path / "alone"))  # where `run` computes it afresh
-    write_entry(runner._calibration_path(QWEN3, "h100", False, 1.0), {"chat": CHAT})
+    write_entry(EngineBuild(QWEN3).path(), {"chat": CHAT})
     result = CliRunner().invoke(main, ["run", "--condition", "retries-on-cancel-off", "--model", QWEN3, "--seed", "1",
                                        "--pulse-x", str(row["pulse_x"]), "--json"])
     assert result.exit_code == 0, result.output
@@ -213,7 +212,7 @@ def test_reproduce_computes_the_maps_and_a_rerun_computes_nothing(cache: Path, t
     def no_runs(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("a cached run was computed again")
 
-    monkeypatch.setattr(executors, "run_many", no_runs)
+    monkeypatch.setattr(executors, "compute", no_runs)
     again = CliRunner().invoke(main, command)
     assert again.exit_code == 0, again.output
     assert f"boundaries: {distinct} distinct runs ({distinct} cached)" in " ".join(again.output.split())

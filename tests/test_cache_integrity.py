@@ -5,15 +5,19 @@ written, without computing."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fixtures.runner_fakes import InlineExecutor, fake_calibration_seed
 
+from retrybench.calibration import store
+from retrybench.calibration.store import EngineBuild, calibrate_missing
+from retrybench.records import cache
 from retrybench.records.cache import ENTRY_FORMAT, DamagedEntry, cached_json, has_entry, read_entry, write_entry
-from retrybench.runs import runner
 
 # A tuple and whole-number keys, which JSON reads back as a list and strings ("10" before "3").
 DATA = {"chat": 2.7117, "runs": [{"seed": 0, "stages": (1, 2.5)}], "counts": {3: 10, 10: 3}}
@@ -93,12 +97,38 @@ def test_the_pool_recalibrates_a_damaged_calibration(tmp_path: Path, monkeypatch
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Else every run would find it damaged and calibrate again, each in its own worker."""
     monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(runner, "CALIBRATION_SEEDS", 1)
-    monkeypatch.setattr(runner, "_calibrate_seed", fake_calibration_seed)
-    build = ("qwen3-14b", "h100", False)
-    runner._calibrate_in_pool(InlineExecutor(), [build])
-    path = runner._calibration_path(*build, 1.0)
+    monkeypatch.setattr(store, "CALIBRATION_SEEDS", 1)
+    monkeypatch.setattr(EngineBuild, "calibrate_seed", fake_calibration_seed)
+    build = EngineBuild("qwen3-14b")
+    calibrate_missing(InlineExecutor(), [build])
+    path = build.path()
     _garbage(path)
-    runner._calibrate_in_pool(InlineExecutor(), [build])
+    calibrate_missing(InlineExecutor(), [build])
     assert f"damaged cache entry {path}" in capsys.readouterr().err
     assert read_entry(path)["chat"] == pytest.approx(1.25)
+
+
+def test_the_code_version_follows_the_code_results_depend_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change to what computes results makes a new version; one to what only orchestrates, shows or
+    reports them (the reproduce orchestration, its display, the report, sweeps, the command line) does not."""
+    package = tmp_path / "retrybench"
+    shutil.copytree(Path(cache.__file__).parents[1], package, ignore=shutil.ignore_patterns("__pycache__"))
+    files = resources.files
+    monkeypatch.setattr(resources, "files", lambda name: package if name == "retrybench" else files(name))
+
+    def version_after(edit: str) -> str:
+        with (package / edit).open("a") as source:
+            source.write("\n# edited\n")
+        cache.code_version.cache_clear()
+        return cache.code_version()
+
+    cache.code_version.cache_clear()
+    try:
+        first = cache.code_version()
+        for orchestration in ("runs/reproduce.py", "runs/display.py", "report/context.py", "sweep/run.py"):
+            assert version_after(orchestration) == first, orchestration
+        for computing in ("runs/simulate.py", "runs/executors.py", "calibration/stages.py", "sim/run.py"):
+            before = cache.code_version()
+            assert version_after(computing) != before, computing
+    finally:
+        cache.code_version.cache_clear()

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from retrybench.calibration import store
 from retrybench.cli.main import main
 from retrybench.conditions.client_profiles import load_client_profile
 from retrybench.conditions.config import load_condition
 from retrybench.plan.spec import RunSpec, condition_for
 from retrybench.records.runlog import RunLog
-from retrybench.runs import runner
 
 QWEN = "qwen2.5-7b-instruct"
 CHAT = 2.7116906833687042  # tests/sim/test_digests.py's C-hat of this model
@@ -43,7 +43,7 @@ def test_the_profile_replaces_the_client_and_keeps_the_proxy_and_cap() -> None:
 @pytest.fixture
 def fixed_chat(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(runner, "calibration_for", lambda *args, **kwargs: {"chat": CHAT})
+    monkeypatch.setattr(store, "calibration_of", lambda *args, **kwargs: {"chat": CHAT})
 
 
 def _run(*args: str) -> Any:

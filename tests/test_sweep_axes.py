@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from retrybench.cli.main import main
 from retrybench.plan.spec import RunSpec, condition_for
-from retrybench.sweep import executors
+from retrybench.runs import executors
 from retrybench.sweep.axes import AxisError, parse_axes, parse_axis
 
 
@@ -89,8 +89,8 @@ def _refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> str
     def no_runs(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("a run started")
 
-    monkeypatch.setattr(executors, "run_many", no_runs)
-    monkeypatch.setattr(executors, "run_one", no_runs)
+    monkeypatch.setattr(executors, "compute", no_runs)
+    monkeypatch.setattr(executors, "plan_runs", no_runs)
     out = tmp_path / "out"
     result = CliRunner().invoke(main, ["sweep", *args, "--out", str(out)])
     assert result.exit_code == 2, result.output

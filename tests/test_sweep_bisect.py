@@ -5,16 +5,15 @@ through an executor (a fake one here: no simulation)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
+from fixtures.runner_fakes import StandInExecutor
 
 from retrybench.plan.spec import RunSpec
-from retrybench.records.results import Result
 from retrybench.sweep.axes import parse_axis
 from retrybench.sweep.bisect import Bisection, Boundary, boundary_of, grid
-from retrybench.sweep.executors import Progress
 from retrybench.sweep.plan import SweepPlan
 from retrybench.sweep.run import run_find, run_grid
 
@@ -68,37 +67,24 @@ def test_the_grid_is_exact_and_reaches_its_top() -> None:
 THRESHOLDS = {("no-control", 1): 2.1, ("no-control", 2): 1.7, ("coalescing", 1): 9.0, ("coalescing", 2): 9.0}
 
 
-class ThresholdExecutor:
-    """A stand-in engine: a run recovers below its cell's threshold pulse. Records every spec it ran."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.ran: list[RunSpec] = []
-
-    def run(self, specs: Sequence[RunSpec], progress: Progress | None = None) -> list[Result]:
-        self.ran.extend(specs)
-        results = [{"recovered": spec.pulse_x < THRESHOLDS[spec.condition, spec.seed], "hold_delivered_pct": 50.0}
-                   for spec in specs]
-        return results  # type: ignore[return-value]  # the fields the sweep reads
-
-    def close(self) -> None:
-        pass
+def _below_threshold(spec: RunSpec) -> dict[str, object]:
+    """A stand-in engine's run: it recovers below its cell's threshold pulse."""
+    return {"recovered": spec.pulse_x < THRESHOLDS[spec.condition, spec.seed], "hold_delivered_pct": 50.0}
 
 
 def test_run_find_reports_each_cell_and_the_spread_over_seeds() -> None:
     plan = SweepPlan(conditions=("no-control", "coalescing"), axes=(parse_axis("pulse_x=1.0:3.0:0.1"),),
                      seeds=(1, 2), model="qwen3-14b")
-    executor = ThresholdExecutor()
+    executor = StandInExecutor(_below_threshold)
     found = run_find(plan, "pulse_x", None, executor)
-    critical = {(b["condition"], b["seed"]): (b["status"], b["critical"]) for b in found.boundaries}
+    critical = {(b.condition, b.seed): (b.status, b.critical) for b in found.boundaries}
     assert critical == {("no-control", 1): ("found", 2.1), ("no-control", 2): ("found", 1.7),
                         ("coalescing", 1): ("nowhere", None), ("coalescing", 2): ("nowhere", None)}
-    assert len(found.rows) == len(executor.ran) == sum(b["runs"] for b in found.boundaries)
+    assert len(found.rows) == len(executor.ran) == sum(b.runs or 0 for b in found.boundaries)
     assert {(r["condition"], r["seed"], r["pulse_x"]) for r in found.rows} == {
         (s.condition, s.seed, s.pulse_x) for s in executor.ran}
     assert len(executor.ran) <= 4 * (2 + math.ceil(math.log2(20)))  # bisection, not the 84-run grid
-    spread = {s["condition"]: s for s in found.spreads}
+    spread = {s.condition: s.record() for s in found.spreads}
     assert (spread["no-control"]["critical_min"], spread["no-control"]["critical_max"]) == (1.7, 2.1)
     assert spread["no-control"]["found"] == 2 and spread["coalescing"]["found"] == 0
 
@@ -106,8 +92,8 @@ def test_run_find_reports_each_cell_and_the_spread_over_seeds() -> None:
 def test_a_grid_sweep_reads_the_same_boundaries_off_its_grid() -> None:
     plan = SweepPlan(conditions=("no-control", "coalescing"), axes=(parse_axis("pulse_x=1.0:3.0:0.1"),),
                      seeds=(1, 2), model="qwen3-14b")
-    executor = ThresholdExecutor()
+    executor = StandInExecutor(_below_threshold)
     swept = run_grid(plan, executor)
     assert len(executor.ran) == 84
-    searched = run_find(plan, "pulse_x", None, ThresholdExecutor())
-    assert swept.boundaries == [{**b, "runs": 21} for b in searched.boundaries]
+    searched = run_find(plan, "pulse_x", None, StandInExecutor(_below_threshold))
+    assert swept.boundaries == [replace(b, runs=21) for b in searched.boundaries]

@@ -11,17 +11,19 @@ from typing import Any
 
 import pytest
 
+from retrybench.calibration.store import EngineBuild
 from retrybench.records.cache import write_entry
 from retrybench.records.results import Result
-from retrybench.runs import runner
-from retrybench.sweep import executors
+from retrybench.runs import executors, ray
+from retrybench.runs.executors import LocalExecutor, run_specs
+from retrybench.runs.ray import RayExecutor
+from retrybench.runs.store import run_is_cached
 from retrybench.sweep.axes import parse_axis
-from retrybench.sweep.executors import LocalExecutor, RayExecutor
 from retrybench.sweep.plan import SweepPlan
 from retrybench.sweep.run import run_grid
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'retrybench[ray]'): the Ray executor "
-                                        "cannot be tested here")
+ray_package = pytest.importorskip("ray", reason="Ray is not installed (pip install 'retrybench[ray]'): the Ray "
+                                                "executor cannot be tested here")
 
 MODEL = "qwen3-14b"
 CHAT = 1.0900243919376884  # its C-hat as calibrated (tests/sim/test_digests.py pins it too)
@@ -31,16 +33,16 @@ PLAN = SweepPlan(conditions=("no-control", "coalescing"), axes=(parse_axis("puls
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray_package.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:
-        ray.shutdown()
+        ray_package.shutdown()
 
 
 def _use_cache(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
     monkeypatch.setenv("RETRYBENCH_CACHE", str(path))
-    write_entry(runner._calibration_path(MODEL, "h100", False, 1.0), {"chat": CHAT})  # no calibration to wait for
+    write_entry(EngineBuild(MODEL).path(), {"chat": CHAT})  # no calibration to wait for
 
 
 def _bytes(results: list[Result]) -> list[bytes]:
@@ -58,21 +60,21 @@ def test_ray_and_local_executors_agree_and_share_the_cache(tmp_path: Path, monke
     _use_cache(monkeypatch, tmp_path / "ray")
     on_ray = RayExecutor()
     through_ray = run_grid(PLAN, on_ray)
-    ray_results = on_ray.run(specs)  # now from the cache, as a resumed sweep reads it
-    assert ray.is_initialized()  # the executor leaves a Ray it did not start running
-    assert all(runner.run_is_cached(spec) for spec in specs)
+    ray_results = run_specs(on_ray, specs)  # now from the cache, as a resumed sweep reads it
+    assert ray_package.is_initialized()  # the executor leaves a Ray it did not start running
+    assert all(run_is_cached(spec) for spec in specs)
 
     _use_cache(monkeypatch, tmp_path / "local")
     through_local = run_grid(PLAN, LocalExecutor(jobs=2))
-    local_results = LocalExecutor(jobs=2).run(specs)
+    local_results = run_specs(LocalExecutor(jobs=2), specs)
     assert through_ray.rows == through_local.rows and through_ray.boundaries == through_local.boundaries
     assert _bytes(ray_results) == _bytes(local_results)
     assert {row["recovered"] for row in through_ray.rows} == {True, False}  # the sweep crossed a boundary
 
     # What one executor cached, the other reads without computing it.
-    monkeypatch.setattr(executors, "run_many", _forbidden)
+    monkeypatch.setattr(executors, "compute", _forbidden)
     _use_cache(monkeypatch, tmp_path / "ray")
-    assert _bytes(LocalExecutor(jobs=2).run(specs)) == _bytes(local_results)
+    assert _bytes(run_specs(LocalExecutor(jobs=2), specs)) == _bytes(local_results)
     _use_cache(monkeypatch, tmp_path / "local")
-    monkeypatch.setattr(executors, "_remote_apply", _forbidden)
-    assert _bytes(RayExecutor().run(specs)) == _bytes(local_results)
+    monkeypatch.setattr(ray, "_remote_apply", _forbidden)
+    assert _bytes(run_specs(RayExecutor(), specs)) == _bytes(local_results)

@@ -12,13 +12,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from retrybench.calibration.store import EngineBuild
 from retrybench.cli.main import main
 from retrybench.plan.spec import RunSpec
 from retrybench.records.cache import code_version, write_entry
 from retrybench.records.results import RunSummary, is_failed
-from retrybench.runs import runner
-from retrybench.sweep import executors
-from retrybench.sweep.executors import RayExecutor
+from retrybench.runs import executors
+from retrybench.runs.executors import run_one
+from retrybench.runs.ray import RayExecutor
+from retrybench.runs.store import run_is_cached
 
 MODEL = "qwen3-14b"
 CHAT = 1.0900243919376884  # its C-hat as calibrated (tests/sim/test_digests.py pins it too)
@@ -28,7 +30,7 @@ SWEEP = ["sweep", "--condition", "no-control,coalescing", "--axis", "pulse_x=1.5
 
 def _seed_calibration() -> None:
     """C-hat where calibration_for reads it, so that no test spends seconds calibrating."""
-    write_entry(runner._calibration_path(MODEL, "h100", False, 1.0), {"chat": CHAT})
+    write_entry(EngineBuild(MODEL).path(), {"chat": CHAT})
 
 
 def _canonical(summary: RunSummary | dict[str, Any]) -> str:
@@ -55,14 +57,14 @@ def test_a_small_sweep_equals_single_runs(cache: Path, tmp_path: Path, monkeypat
     assert result.exit_code == 0, result.output
     doc = json.loads((out / "sweep.json").read_text())
     assert len(doc["rows"]) == 8 and not any(row.get("error") for row in doc["rows"])
-    swept = {spec: runner.run_one(spec) for spec in map(_spec, doc["rows"])}  # the sweep's cache entries
+    swept = {spec: run_one(spec) for spec in map(_spec, doc["rows"])}  # the sweep's cache entries
     monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path / "alone"))  # where every run is computed afresh
     _seed_calibration()
     single: dict[tuple[str, float, float], RunSummary] = {}
     for row in doc["rows"]:
         spec = _spec(row)
         assert row["key"] == spec.key()  # 120 s is the plain spec: the cache entry reproduce would use
-        alone = runner.run_one(spec)
+        alone = run_one(spec)
         single[row["condition"], row["pulse_x"], row["client.attempt_timeout_s"]] = alone
         assert {k: row[k] for k in ("recovered", "recovery_s", "hold_delivered_pct", "retry_share_pct")} == {
             k: alone[k] for k in ("recovered", "recovery_s", "hold_delivered_pct", "retry_share_pct")}
@@ -80,7 +82,7 @@ def test_a_small_sweep_equals_single_runs(cache: Path, tmp_path: Path, monkeypat
         raise AssertionError("a cached run was computed again")
 
     monkeypatch.setenv("RETRYBENCH_CACHE", str(cache))
-    monkeypatch.setattr(executors, "run_many", no_runs)
+    monkeypatch.setattr(executors, "compute", no_runs)
     again = CliRunner().invoke(main, [*SWEEP, "--out", str(out)])
     assert again.exit_code == 0, again.output
     assert "8 runs: 8 cached, 0 to compute" in " ".join(again.output.split())
@@ -90,6 +92,6 @@ def test_a_small_sweep_equals_single_runs(cache: Path, tmp_path: Path, monkeypat
 def test_a_summary_from_other_code_is_not_cached(cache: Path) -> None:
     spec = RunSpec(model=MODEL, condition="no-control", seed=1)
     summary: Any = {"recovered": True, "code_version": "0" * 16}
-    result = RayExecutor._store(spec, summary, code_version())
+    result = RayExecutor.store(spec, summary, code_version())
     assert is_failed(result) and "install the same version" in result["error"]
-    assert not runner.run_is_cached(spec)
+    assert not run_is_cached(spec)

@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
+from retrybench.calibration.store import EngineBuild, calibration_for
 from retrybench.records.cache import write_entry
-from retrybench.runs import runner
+from retrybench.runs.executors import Executor, LocalExecutor
+from retrybench.runs.ray import RayExecutor
 from retrybench.sweep.axes import parse_axis
-from retrybench.sweep.executors import LocalExecutor, RayExecutor, RunExecutor
 from retrybench.sweep.plan import SweepPlan
 from retrybench.sweep.run import run_grid
 
@@ -37,7 +38,7 @@ WALL_S: dict[str, float] = {}
 SUMMARIES: dict[str, list[bytes]] = {}
 
 
-def _executor(name: str) -> RunExecutor:
+def _executor(name: str) -> Executor:
     return LocalExecutor(CPUS) if name == "local" else RayExecutor(jobs=CPUS)
 
 
@@ -48,7 +49,7 @@ def _summaries(rows: list[dict[str, Any]]) -> list[bytes]:
 @pytest.fixture(scope="module")
 def chat() -> float:
     """The model's C-hat, from the usual cache (calibrated there once if need be)."""
-    return float(runner.calibration_for(MODEL, "h100", False)["chat"])
+    return float(calibration_for(MODEL, "h100", False)["chat"])
 
 
 @pytest.mark.parametrize("name", ["local", "ray"])
@@ -56,7 +57,7 @@ def test_a_200_run_sweep(name: str, chat: float, benchmark: Any, tmp_path: Path,
                          monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(list(PLAN.points())) == RUNS
     monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path / "cache"))
-    write_entry(runner._calibration_path(MODEL, "h100", False, 1.0), {"chat": chat})
+    write_entry(EngineBuild(MODEL).path(), {"chat": chat})
     executor = _executor(name)
     try:
         result = benchmark.pedantic(lambda: run_grid(PLAN, executor), rounds=1, iterations=1)

@@ -31,10 +31,11 @@ import pytest
 from reference_workload import time_reference
 
 from retrybench.analysis import section5
+from retrybench.calibration.store import calibration_for
 from retrybench.plan.spec import RunSpec
 from retrybench.records.cache import cache_dir
 from retrybench.records.runlog import RunLog
-from retrybench.runs.runner import calibration_for, simulate_spec
+from retrybench.runs.simulate import simulate_spec
 
 MODEL = "qwen2.5-7b-instruct"
 ROUNDS = 5

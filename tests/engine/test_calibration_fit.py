@@ -1,6 +1,6 @@
 """The shipped profiles reproduce the paper's calibration figures (Section 3.2) within 5%.
 
-The calibration is the one every run uses (runner.calibration_for: the paper's procedure repeated
+The calibration is the one every run uses (calibration.store.calibration_for: the paper's procedure repeated
 on five traces and averaged), so these tests also warm the cache the finding tests read.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from retrybench.calibration.simulated import calibrate
+from retrybench.calibration.store import calibration_for
 from retrybench.claims.paper import paper_values
 from retrybench.engine.profiles import profile_for
-from retrybench.runs.runner import calibration_for
-from retrybench.sim.calibrate import calibrate
 
 PAPER = paper_values()
 TOLERANCE = 0.05

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 from fixtures.live import EngineFactory, engine_state
 
+from retrybench.calibration.live import calibrate_live, calibration_summary
+from retrybench.calibration.store import calibration_for
 from retrybench.cli.main import main
-from retrybench.realvllm.calibrate import calibrate_live, calibration_summary
-from retrybench.runs.runner import calibration_for
 
 pytestmark = [pytest.mark.live, pytest.mark.xdist_group("calibrate-live")]
 

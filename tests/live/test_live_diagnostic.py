@@ -21,12 +21,13 @@ import pytest
 
 from retrybench.analysis import summarize
 from retrybench.analysis.conformance import replay
+from retrybench.calibration.store import calibration_for
 from retrybench.conditions.config import load_condition
 from retrybench.loadgen.run import LiveRun, run_live
 from retrybench.plan.spec import RunSpec
 from retrybench.proxy.eventlog import read_event_log
 from retrybench.records.results import Metrics
-from retrybench.runs.runner import calibration_for, simulate_spec
+from retrybench.runs.simulate import simulate_spec
 
 MODEL = "qwen2.5-7b-instruct"
 TIME_SCALE = 0.1

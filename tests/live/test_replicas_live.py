@@ -38,6 +38,7 @@ from fixtures.stub_upstream import StubUpstream
 from fixtures.waiting import within
 
 from retrybench.analysis import summarize
+from retrybench.calibration.store import chat_for
 from retrybench.cli.main import main
 from retrybench.conditions.config import ClientPolicy, WorkloadSpec, load_condition
 from retrybench.control.router import rendezvous
@@ -46,7 +47,6 @@ from retrybench.loadgen.run import deployment_run_log, drive
 from retrybench.plan.spec import RunSpec
 from retrybench.proxy.proxy_server import ProxyServer, ProxySettings
 from retrybench.records.runlog import RunLog
-from retrybench.runs.runner import chat_for
 from retrybench.serving.aio import run_event_loop
 from retrybench.sim.deployment import Deployment, simulate_deployment
 from retrybench.traffic.workload import Trace, generate_trace

@@ -13,12 +13,13 @@ from retrybench.report import build_context
 from retrybench.report.context import run_file_name
 from retrybench.report.fmt import span, value
 from retrybench.report.runs import RunSet
+from retrybench.report.sections import ReportContext, SummaryRow
 from retrybench.report.verdicts import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNCERTAIN, checks_of, verdict
 
 META = {"engine": "sim", "wall_s": 1.0}
 
 
-def _row(context: dict[str, Any], key: str) -> dict[str, Any]:
+def _row(context: ReportContext, key: str) -> SummaryRow:
     return next(r for r in context["summary"] if r["key"] == key)
 
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from retrybench.analysis import summarize
+from retrybench.calibration.stages import deployment_stage_plan
 from retrybench.conditions.config import ClientPolicy, WorkloadSpec, load_condition
 from retrybench.engine.profiles import EngineProfile, profile_for
 from retrybench.records.runlog import RunLog
-from retrybench.sim.calibrate_deployment import deployment_stage_plan
 from retrybench.sim.deployment import Deployment, simulate_deployment
 from retrybench.sim.run import simulate
 from retrybench.traffic.workload import Call, generate_trace

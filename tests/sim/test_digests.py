@@ -20,12 +20,13 @@ from typing import Any
 
 import pytest
 
+from retrybench.calibration import store
+from retrybench.calibration.simulated import calibrate
 from retrybench.conditions.config import WorkloadSpec, available_conditions, load_condition
 from retrybench.engine.profiles import profile_for
 from retrybench.plan.spec import RunSpec, engine_config_for
-from retrybench.runs import runner
-from retrybench.runs.runner import run_one, simulate_spec
-from retrybench.sim.calibrate import calibrate
+from retrybench.runs.executors import run_one
+from retrybench.runs.simulate import simulate_spec
 from retrybench.sim.run import simulate
 from retrybench.traffic.workload import generate_trace
 
@@ -150,7 +151,7 @@ def run_json_digest(condition: str) -> str:
     """The summary `run --json` prints (run_one on a traced spec), without its timing and code hash."""
     spec = RunSpec(model=QWEN, condition=condition, seed=77, trace=True)
     with pytest.MonkeyPatch.context() as patch:  # C-hat as pinned above, not calibrated
-        patch.setattr(runner, "calibration_for", lambda *args, **kwargs: {"chat": CHAT[QWEN]})
+        patch.setattr(store, "calibration_of", lambda *args, **kwargs: {"chat": CHAT[QWEN]})
         result = run_one(spec, use_cache=False)
     return _sha(json.loads(json.dumps({k: v for k, v in result.items() if k not in ("wall_s", "code_version")})))
 

@@ -40,8 +40,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from retrybench.analysis import summarize
-from retrybench.analysis.calibrate import CALIBRATION_CLIENT, FIRST_STAGE_RATE, SATURATION_PER_S, STAGE_FACTOR, STAGE_S
-from retrybench.analysis.calibrate import calibration_from_log as _stage_result
+from retrybench.calibration.stages import (
+    CALIBRATION_CLIENT,
+    SATURATION_PER_S,
+    STAGE_S,
+    calibration_from_log,
+    stage_rate,
+)
 from retrybench.conditions.config import WorkloadSpec
 from retrybench.loadgen.run import LiveRun, ProxyLauncher, proxy_process, run_live
 from retrybench.plan.spec import RunSpec
@@ -284,11 +289,11 @@ def _calibrate(settings: CompareSettings, url: str, proxy: ProxyLauncher) -> lis
         stages: list[dict[str, Any]] = []
         chat = None
         for k in range(first, first + settings.max_stages):
-            rate = FIRST_STAGE_RATE * STAGE_FACTOR**k
+            rate = stage_rate(k)
             live = _stage_live(settings, url, proxy, settings.out / f"calibration-{n}" / f"stage-{k}", rate,
                                settings.stage_s, seed=100 * n + k, chat=1.0)
-            stage = _stage_result(live.run.log, [(rate, 0.0, settings.stage_s)],
-                                  threshold_per_s=-float("inf")).saturated
+            stage = calibration_from_log(live.run.log, [(rate, 0.0, settings.stage_s)],
+                                         threshold_per_s=-float("inf")).saturated
             point = stage_point(live.run.log, load_x=0.0, rate=rate, stage_s=settings.stage_s)
             stages.append({**asdict(stage), "index": k, "seed": 100 * n + k, "harness_cpu_pct": live.cpu_pct,
                            "saturated": point.saturated.to_json(), "sustained": point.sustained.to_json(),

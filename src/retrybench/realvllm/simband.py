@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from retrybench.calibration.simulated import calibrate_repeated
 from retrybench.conditions.config import ClientPolicy, EngineConfig, ProxyPolicy, WorkloadSpec, load_condition
 from retrybench.engine.profiles import EngineProfile, profile_for
 from retrybench.plan.spec import RunSpec, engine_config_for
 from retrybench.records.runlog import RunLog
-from retrybench.sim.calibrate import calibrate_repeated
 from retrybench.sim.run import simulate
 from retrybench.traffic.workload import Call, generate_trace
 
@@ -64,7 +64,7 @@ class SpeedFit:
 def speed_for_capacity(model: str, gpu: str, target: float, *, token_scale: float, tolerance: float = 0.02,
                        max_tries: int = 8) -> SpeedFit:
     """The speed at which the simulated calibration (the paper's, averaged over its seeds, as
-    runner.calibration_for does) gives C-hat `target`. Capacity is near proportional to speed but the
+    calibration.store does) gives C-hat `target`. Capacity is near proportional to speed but the
     stage method reads it coarsely, so the speed is refined by the ratio still missing, until within
     `tolerance`; the closest try is returned."""
     spec = WorkloadSpec(chat_calls_per_s=1.0).scaled(token_scale)

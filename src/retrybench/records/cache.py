@@ -24,9 +24,9 @@ from retrybench.records.atomicfile import write_atomic
 __all__ = ["ENTRY_FORMAT", "DamagedEntry", "cache_dir", "cached_json", "code_version", "has_entry", "read_entry",
            "write_entry"]
 
-# Modules that only read results or hand specs to the runner (the report, sweeps, the command line): a change
-# there must not invalidate every cached run.
-_NOT_RESULTS = ("report", "sweep", "cli")
+# Modules that only read results or hand specs to the run service (the report, sweeps, the command line, the
+# reproduce orchestration and its progress display): a change there must not invalidate every cached run.
+_NOT_RESULTS = ("report", "sweep", "cli", "runs/reproduce.py", "runs/display.py")
 
 T = TypeVar("T")
 
@@ -40,9 +40,11 @@ def code_version() -> str:
     digest = hashlib.sha256(__version__.encode())
     root = Path(str(resources.files("retrybench")))
     for path in sorted(root.rglob("*")):
-        parts = path.relative_to(root).parts
-        if path.suffix in (".py", ".toml") and "__pycache__" not in parts and parts[0] not in _NOT_RESULTS:
-            digest.update(str(path.relative_to(root)).encode())
+        relative = path.relative_to(root)
+        parts = relative.parts
+        if path.suffix in (".py", ".toml") and "__pycache__" not in parts and parts[0] not in _NOT_RESULTS \
+                and relative.as_posix() not in _NOT_RESULTS:
+            digest.update(str(relative).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

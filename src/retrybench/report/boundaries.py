@@ -13,16 +13,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from retrybench.claims.paper import paper_values
 from retrybench.conditions.config import load_condition
 from retrybench.plan.blocks import BLOCKS, PRIMARY_MODEL, TRIGGER_SWEEP
-from retrybench.plan.spec import RunSpec
+from retrybench.plan.spec import OverrideValue, RunSpec
 from retrybench.records.results import Result, is_failed
 from retrybench.report.runs import spec_of
 
-__all__ = ["PAPER_Q", "UNCERTAIN_PULSE_X", "Known", "boundaries_section", "known", "outcome_at"]
+__all__ = ["PAPER_Q", "UNCERTAIN_PULSE_X", "BoundariesSection", "Known", "MapDocument", "MapPoint",
+           "boundaries_section", "known", "outcome_at"]
 
 PAPER = paper_values()
 # Section 6.2's cap: ceil(120 x the C-hat the paper measured for that block) = 338.
@@ -30,6 +31,98 @@ PAPER_Q = math.ceil(round(120 * PAPER["capacity"]["engine_cap_block_qwen25"], 6)
 # Section 4.2's uncertain cell: the middle pulse of the trigger sweep, 2 C-hat.
 UNCERTAIN_PULSE_X = float(PAPER["trigger_sweep"]["pulses_x"][1])
 RECOVERS, FAILS, UNKNOWN = "recovers", "does not recover", "cannot be told at this resolution"
+
+JsonRecord = Mapping[str, Any]  # a run, boundary or spread of a sweep: a JSON object keyed by axis names too
+
+
+class MapPoint(TypedDict):
+    """One of the paper's runs on a map: its panel and its place on the two axes."""
+
+    panel: str
+    x: OverrideValue
+    y: OverrideValue
+
+
+class MapDocument(TypedDict):
+    """One boundary map as the sweep hands it over: how it is drawn (x the searched axis, y the other,
+    a panel per value of `panel`), its runs, per-cell boundaries and spreads, and the paper's runs on it."""
+
+    name: str
+    x: str
+    y: str
+    panel: str
+    panels: list[str]
+    xs: list[float]
+    ys: list[OverrideValue]
+    seeds: list[int]
+    until: str
+    resolution: str
+    gpu: str
+    aliases: dict[str, list[str]]
+    points: list[MapPoint]
+    rows: Sequence[JsonRecord]
+    boundaries: Sequence[JsonRecord]
+    spreads: Sequence[JsonRecord]
+    commands: list[str]
+
+
+class SeedCell(TypedDict):
+    seed: int
+    critical: str
+    recovered_at: str
+
+
+class CriticalRow(TypedDict):
+    condition: str
+    other: str
+    seeds: list[SeedCell]
+    found: str
+    spread: str
+
+
+class PulseRow(TypedDict):
+    model: str
+    condition: str
+    fails: int
+    seeds: int
+    at_boundary: int
+    critical: list[float]
+
+
+class PulseCell(TypedDict):
+    pulse_x: float
+    sentences: list[str]
+    rows: list[PulseRow]
+
+
+class QRow(TypedDict):
+    condition: str
+    pulse_x: float
+    all_recover_to: float | None
+    none_recover_from: float | None
+    seed_dependent: list[float]
+    own_q: int | None
+
+
+class QRange(TypedDict):
+    q: int
+    sentences: list[str]
+    rows: list[QRow]
+
+
+class BoundariesSection(TypedDict):
+    maps: dict[str, MapDocument]
+    tables: dict[str, list[CriticalRow]]
+    pulse_cell: PulseCell | None
+    q_range: QRange | None
+    runs: int
+    distinct: int
+    failed: int
+    wall_s: float | None
+    seeds: list[int]
+    commands: list[str]
+    settings: list[str]
+    paper_points: dict[str, str]
 
 
 def _g(value: Any) -> str:
@@ -75,7 +168,7 @@ def _critical_text(boundary: Mapping[str, Any], grid: Sequence[float]) -> str:
             "non-monotone": "not monotone", "failed": "a run failed"}[status]
 
 
-def _other_key(doc: Mapping[str, Any]) -> str:
+def _other_key(doc: MapDocument) -> str:
     """The field besides the condition that tells a map's cells apart (model, W, pulse)."""
     return str(doc["panel"] if doc["y"] == "condition" else doc["y"])
 
@@ -85,18 +178,18 @@ def _label(condition: str, aliases: Mapping[str, Sequence[str]]) -> str:
     return condition + (f" (= {', '.join(same)})" if same else "")
 
 
-def _cells(doc: Mapping[str, Any]) -> list[tuple[str, Any, list[Mapping[str, Any]]]]:
+def _cells(doc: MapDocument) -> list[tuple[str, Any, list[JsonRecord]]]:
     """(condition, other value, boundary rows by seed) per cell, in the map's order."""
     other = _other_key(doc)
-    cells: dict[tuple[str, Any], list[Mapping[str, Any]]] = {}
+    cells: dict[tuple[str, Any], list[JsonRecord]] = {}
     for b in doc["boundaries"]:
         cells.setdefault((b["condition"], b.get(other)), []).append(b)
     return [(c, v, sorted(bs, key=lambda b: b["seed"])) for (c, v), bs in cells.items()]
 
 
-def critical_table(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+def critical_table(doc: MapDocument) -> list[CriticalRow]:
     """Per cell: the critical value on each seed and their spread (low-high over the seeds where found)."""
-    rows = []
+    rows: list[CriticalRow] = []
     for condition, other, bs in _cells(doc):
         found = [b["critical"] for b in bs if b["status"] == "found"]
         spread = "–" if not found else _g(min(found)) if min(found) == max(found) else \
@@ -109,16 +202,18 @@ def critical_table(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _retry_conditions(doc: Mapping[str, Any]) -> list[str]:
+def _retry_conditions(doc: MapDocument) -> list[str]:
     """The map's conditions that stand for the trigger sweep's conditions with retries on."""
     wanted = {c for c in TRIGGER_SWEEP if load_condition(c).client.retries}
     return [c for c, names in doc["aliases"].items() if wanted & set(names)]
 
 
-def pulse_cell(doc: Mapping[str, Any]) -> dict[str, Any]:
+def pulse_cell(doc: MapDocument) -> PulseCell:
     """Section 4.2's uncertain cell: per model, the critical pulse with retries on each seed, and where
     the 2 C-hat pulse lies against it."""
-    step, pulse, sentences, rows = float(doc["resolution"]), UNCERTAIN_PULSE_X, [], []
+    step, pulse = float(doc["resolution"]), UNCERTAIN_PULSE_X
+    sentences: list[str] = []
+    rows: list[PulseRow] = []
     for condition in _retry_conditions(doc):
         for _, model, bs in (cell for cell in _cells(doc) if cell[0] == condition):
             knowns = [known(b, doc["xs"]) for b in bs]
@@ -173,11 +268,13 @@ def _where(q: float, lo: float | None, hi: float | None, dis: tuple[float, float
     return "it lies between grid values inside the band where the seeds' boundaries fall"
 
 
-def q_range(doc: Mapping[str, Any], results: Iterable[Result] = ()) -> dict[str, Any]:
+def q_range(doc: MapDocument, results: Iterable[Result] = ()) -> QRange:
     """Section 6.2's uncertain cell: per cancellation setting, the Q range over which recovery at the
     engine-cap block's pulse depends on the seed, and where Q = 338 falls."""
     runs = list(results)
-    step, sentences, rows = float(doc["resolution"]), [], []
+    step = float(doc["resolution"])
+    sentences: list[str] = []
+    rows: list[QRow] = []
     for pulse in BLOCKS["engine-cap"].pulses_x:
         for condition, _, bs in (cell for cell in _cells(doc) if cell[1] == pulse):
             knowns = [known(b, doc["xs"]) for b in bs]
@@ -216,7 +313,7 @@ def q_range(doc: Mapping[str, Any], results: Iterable[Result] = ()) -> dict[str,
     return {"q": PAPER_Q, "sentences": sentences, "rows": rows}
 
 
-def _settings(by_name: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def _settings(by_name: Mapping[str, MapDocument]) -> list[str]:
     """What each map searched, in words, from the maps themselves."""
     words = []
     for name, doc in by_name.items():
@@ -227,15 +324,15 @@ def _settings(by_name: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return words
 
 
-def _paper_points(by_name: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+def _paper_points(by_name: Mapping[str, MapDocument]) -> dict[str, str]:
     """The paper's runs on each map, in words (x at y)."""
     return {name: "; ".join(sorted({f"{doc['x']} = {_g(p['x'])} at {doc['y']} = {_g(p['y'])}"
                                      for p in doc["points"] if doc["y"] != "condition"}))
             for name, doc in by_name.items()}
 
 
-def boundaries_section(maps: Sequence[Mapping[str, Any]], *, wall_s: float | None = None,
-                       results: Iterable[Result] = ()) -> dict[str, Any]:
+def boundaries_section(maps: Sequence[MapDocument], *, wall_s: float | None = None,
+                       results: Iterable[Result] = ()) -> BoundariesSection:
     """The section's data: each map (for its figure) with its table of critical values, the two
     uncertain cells, and what the maps cost (`results`: Table 1's runs, for the cap they resolved)."""
     by_name = {doc["name"]: doc for doc in maps}

@@ -1,4 +1,4 @@
-"""The report's data: a plain dict built from run results (and, under pytest, the finding tests'
+"""The report's data (sections.py's ReportContext) built from run results (and, under pytest, the finding tests'
 outcomes). Pure: no files, no clock, no matplotlib; render.py turns it into HTML.
 
 Verdicts come from measured numbers: from the registered claims checked on the runs (verdicts.py)
@@ -25,6 +25,38 @@ from retrybench.report.replicas import deployment_suffix, replicas_section
 from retrybench.report.robustness import robustness
 from retrybench.report.runs import Entry, RunSet, spec_of
 from retrybench.report.scoring import SYMBOLS, ScoredFigure, score, tally
+from retrybench.report.sections import (
+    BlockRow,
+    BlockSection,
+    Counts,
+    Fig1,
+    Fig1Line,
+    Fig3,
+    Fig3Bar,
+    Fig4,
+    Fig4Bar,
+    Fig5,
+    Fig5Bar,
+    Fig5Group,
+    Fig6,
+    Fig6Point,
+    FigSdk,
+    HeadlineFigure,
+    ReportContext,
+    RetentionRow,
+    RobustnessSection,
+    ScoredRow,
+    SdkClientRow,
+    SdkPoint,
+    SdkSeries,
+    Setup,
+    SummaryRow,
+    Table2Cell,
+    Table2Row,
+    Table3Cell,
+    Table3Row,
+    TestVerdict,
+)
 from retrybench.report.verdicts import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNCERTAIN, ClaimCheck, checks_of, verdict
 
 __all__ = ["build_context", "run_file_name"]
@@ -37,7 +69,7 @@ RUN_COLUMNS = (("recovered", "recovered"), ("recovery_s", "recovery s"), ("hold_
                ("retries", "retries"), ("wall_s", "wall s"))
 
 
-def run_file_name(result: Mapping[str, Any]) -> str:
+def run_file_name(result: Result) -> str:
     """The file name of a run's summary JSON beside the report: readable and unique per spec."""
     s = spec_of(result)
     extra = "".join(("-mixed" if s.mixed_prompts else "", "-traced" if s.trace else "",
@@ -46,9 +78,9 @@ def run_file_name(result: Mapping[str, Any]) -> str:
     return f"{s.model}-{s.gpu}-{s.condition}-seed{s.seed}-pulse{s.pulse_x}-{s.max_batched_tokens}{extra}.json"
 
 
-def build_context(results: Iterable[Result], meta: Mapping[str, Any], runs: int | None = None,
+def build_context(results: Iterable[Result], meta: Mapping[str, object], runs: int | None = None,
                   tests: Sequence[Mapping[str, Any]] | None = None,
-                  unseen: Iterable[Result] | None = None) -> dict[str, Any]:
+                  unseen: Iterable[Result] | None = None) -> ReportContext:
     """Everything the report shows. `meta`: engine, wall time, versions, commit (meta.py gathers them);
     `runs`: the run count per block (None: the paper's); `tests`: finding-test outcomes under pytest, each
     {nodeid, name (test function), markers, outcome (passed | failed | xfailed | skipped), reason,
@@ -83,23 +115,23 @@ def build_context(results: Iterable[Result], meta: Mapping[str, Any], runs: int 
         "setup": _setup(rs),
         "failed": [{"spec": _describe(e), "block": e.block, "error": e.result["error"]}
                    for e in [*rs.entries, *rs.beyond] if is_failed(e.result)],
-        "tests": [dict(t) for t in tests] if tests is not None else None,
+        "tests": list(tests) if tests is not None else None,
         "files": sorted({run_file_name(r) for r in rs.results}),
     }
 
 
 # -- summary ----------------------------------------------------------------------------------------------
 
-def _counts(rs: RunSet) -> dict[str, int]:
+def _counts(rs: RunSet) -> Counts:
     ok = rs.summaries()
     return {"runs": len(rs.entries), "unique": len(rs), "failed": len(rs.entries) - len(ok),
             "recovered": sum(1 for r in ok if r["recovered"]),
             "paper_runs": PAPER["recovered_runs"]["runs"], "paper_recovered": PAPER["recovered_runs"]["recovered"]}
 
 
-def _figures(row: Row, checks: Sequence[ClaimCheck]) -> list[dict[str, str]]:
+def _figures(row: Row, checks: Sequence[ClaimCheck]) -> list[HeadlineFigure]:
     """The row's headline figures: the paper's, and the measured ones over every evaluated check."""
-    rows = []
+    rows: list[HeadlineFigure] = []
     for head in HEADLINES.get(row.key, ()):
         chosen = [c for c in checks if head.matches(c.claim.id, c.subject) and head.metric in c.measured]
         if not chosen:
@@ -128,26 +160,28 @@ def _over_runs(values: Sequence[Any]) -> str:
 
 def _summary_row(row: Row, checks: list[ClaimCheck], rs: RunSet,
                  outcomes: Mapping[str, list[Mapping[str, Any]]] | None,
-                 scored: Sequence[ScoredFigure]) -> dict[str, Any]:
+                 scored: Sequence[ScoredFigure]) -> SummaryRow:
     figures = _section65_figures(rs) if row.key == "section65" else _figures(row, checks)
     failing = [f"{c.claim.wording} — {c.subject.label()}: failed {'; '.join(c.failed_parts)}; "
                f"{fmt.value(c.measured)}" for c in checks if c.passed is False]
     failing += [f"{c.claim.wording} — {c.subject.label()}: {c.note}" for c in checks
                 if c.note.startswith("run failed")]
-    out: dict[str, Any] = {"key": row.key, "title": row.title, "claim": row.claim,
-                           "figures": figures, "checks": len([c for c in checks if c.passed is not None]),
-                           "passed": sum(1 for c in checks if c.passed), "verdict": verdict(row, checks),
-                           "reasons": failing, "basis": "claim checks on the runs", "tally": None}
+    out: SummaryRow = {"key": row.key, "title": row.title, "claim": row.claim,
+                       "figures": figures, "checks": len([c for c in checks if c.passed is not None]),
+                       "passed": sum(1 for c in checks if c.passed), "verdict": verdict(row, checks),
+                       "reasons": failing, "basis": "claim checks on the runs", "tally": None}
     if outcomes is not None:
-        out.update(_verdict_from_tests(row, outcomes.get(row.key, [])))
-    out["scores"] = tally(scored)
-    off = out["scores"]["off"]
+        tested = _verdict_from_tests(row, outcomes.get(row.key, []))
+        out["verdict"], out["reasons"], out["tally"], out["basis"] = (tested["verdict"], tested["reasons"],
+                                                                      tested["tally"], tested["basis"])
+    out["scores"] = scores = tally(scored)
+    off = scores["off"]
     out["figures_note"] = (f"reproduced, yet {off} of {len(scored)} paper figures are off the paper's band"
                            if out["verdict"] == REPRODUCED and off else "")
     return out
 
 
-def _robustness(unseen: Iterable[Result]) -> dict[str, Any]:
+def _robustness(unseen: Iterable[Result]) -> RobustnessSection:
     """Per claim and model: on how many of the unseen seeds it held, and the seeds it failed on; and
     the paper figures those runs measured, scored."""
     runs = list(unseen)
@@ -169,7 +203,7 @@ def _plain(x: float) -> str:
     return fmt.number(int(x) if x.is_integer() else x)
 
 
-def _scored(figure: ScoredFigure) -> dict[str, Any]:
+def _scored(figure: ScoredFigure) -> ScoredRow:
     low, high = _plain(figure.low), _plain(figure.high)
     paper = low if figure.low == figure.high else f"{low}–{high}"
     return {"row": figure.row, "claim": figure.claim_id, "subject": figure.subject, "name": figure.name,
@@ -177,7 +211,7 @@ def _scored(figure: ScoredFigure) -> dict[str, Any]:
             "symbol": SYMBOLS[figure.mark]}
 
 
-def _verdict_from_tests(row: Row, tests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _verdict_from_tests(row: Row, tests: Sequence[Mapping[str, Any]]) -> TestVerdict:
     tally = {k: sum(1 for t in tests if t["outcome"] == k) for k in ("passed", "failed", "xfailed", "skipped")}
     if row.uncertain:
         result = UNCERTAIN if tests else NOT_RUN
@@ -200,7 +234,7 @@ def _group_tests(tests: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[s
     return grouped
 
 
-def _section65_figures(rs: RunSet) -> list[dict[str, str]]:
+def _section65_figures(rs: RunSet) -> list[HeadlineFigure]:
     ok = [r for r in rs.summaries() if r["created_x"] is not None]
     above = sum(1 for r in ok if r["recovered"] and (r["created_x"] or 0.0) >= 1.0)
     below = sum(1 for r in ok if not r["recovered"] and (r["created_x"] or 0.0) < 1.0)
@@ -231,12 +265,12 @@ def _runs_of(rs: RunSet, block: str, model: str, condition: str, **where: Any) -
     return out
 
 
-def _table2(rs: RunSet) -> list[dict[str, Any]]:
-    rows = []
+def _table2(rs: RunSet) -> list[Table2Row]:
+    rows: list[Table2Row] = []
     for model in BLOCKS["diagnostic"].models:
         if not rs.pairs("diagnostic", (model,)):
             continue
-        cells = []
+        cells: list[Table2Cell] = []
         chats = []
         for condition, retries, cancellation in TABLE2_CONDITIONS:
             runs = _runs_of(rs, "diagnostic", model, condition)
@@ -249,14 +283,14 @@ def _table2(rs: RunSet) -> list[dict[str, Any]]:
     return rows
 
 
-def _table3(rs: RunSet) -> list[dict[str, Any]]:
-    rows = []
+def _table3(rs: RunSet) -> list[Table3Row]:
+    rows: list[Table3Row] = []
     pulses = PAPER["trigger_sweep"]["pulses_x"]
     for model in BLOCKS["trigger-sweep"].models:
         if not rs.pairs("trigger-sweep", (model,)):
             continue
         for retries in ("on", "off"):
-            cells = []
+            cells: list[Table3Cell] = []
             for i, pulse in enumerate(pulses):
                 delivered, recovery = PAPER["trigger_sweep"][model][f"retries_{retries}"][i]
                 runs = _runs_of(rs, "trigger-sweep", model, f"retries-{retries}-cancel-off", pulse_x=pulse)
@@ -275,53 +309,55 @@ def _first_seed(rs: RunSet, block: str, model: str) -> int | None:
     return min(seeds) if seeds else None
 
 
-def _fig1(rs: RunSet) -> dict[str, Any]:
+def _fig1(rs: RunSet) -> Fig1:
     """Calls delivered per 60 s and the waiting queue over time, one diagnostic run per condition."""
     seed = _first_seed(rs, "diagnostic", PRIMARY_MODEL)
-    lines = []
+    lines: list[Fig1Line] = []
     for condition in DIAGNOSTIC:
         run = rs.find(PRIMARY_MODEL, condition, seed) if seed is not None else None
-        if run is None or "error" in run or "series" not in run:
+        if run is None or is_failed(run) or "series" not in run:
             continue
         lines.append({"condition": condition, "delivered_per_60s": run["series"]["delivered_per_60s"],
                       "waiting": run["series"]["waiting"], "waiting_step_s": run["series"]["waiting_step_s"]})
     return {"model": PRIMARY_MODEL, "seed": seed, "lines": lines}
 
 
-def _fig3(rs: RunSet) -> dict[str, Any]:
+def _fig3(rs: RunSet) -> Fig3:
     """Execution rates over 347-947 s, means over the diagnostic block's runs."""
-    bars = []
+    bars: list[Fig3Bar] = []
     for condition in DIAGNOSTIC:
         runs = _runs_of(rs, "diagnostic", PRIMARY_MODEL, condition)
         if runs:
             bars.append({"condition": condition, "runs": len(runs),
-                         **{k: fmean(r[k] or 0.0 for r in runs) for k in ("created_x", "accepted_x", "completed_x")}})
+                         "created_x": fmean(r["created_x"] or 0.0 for r in runs),
+                         "accepted_x": fmean(r["accepted_x"] or 0.0 for r in runs),
+                         "completed_x": fmean(r["completed_x"] or 0.0 for r in runs)})
     return {"model": PRIMARY_MODEL, "bars": bars}
 
 
-def _fig4(rs: RunSet) -> dict[str, Any]:
+def _fig4(rs: RunSet) -> Fig4:
     """Computed prompt tokens of each tracing run: aborted (body, in flight), not aborted, missed."""
-    bars = []
+    bars: list[Fig4Bar] = []
     block = BLOCKS["tracing"]
     for entry in rs.block_entries("tracing"):
         r, s = entry.summary, entry.spec
         aborted = r.get("aborted_prompt_share_pct") if r is not None else None
         if r is None or aborted is None:
             continue
-        in_flight = aborted * (r["in_flight_share_pct"] or 0.0) / 100
+        in_flight = aborted * (r.get("in_flight_share_pct") or 0.0) / 100
         steps = "2K" if s.max_batched_tokens == 2048 else "8K"
         cancel = "on" if "cancel-on" in s.condition else "off"
         bars.append({"label": f"{steps}, cancel {cancel}, run {s.seed}", "body": aborted - in_flight,
-                     "in_flight": in_flight, "not_aborted": 100 - aborted, "missed": r["missed_share_pct"] or 0.0})
+                     "in_flight": in_flight, "not_aborted": 100 - aborted, "missed": r.get("missed_share_pct") or 0.0})
     return {"model": PRIMARY_MODEL, "bars": bars, "conditions": len(block.conditions)}
 
 
-def _fig5(rs: RunSet) -> dict[str, Any]:
+def _fig5(rs: RunSet) -> Fig5:
     """Delivery shares of the primary and pulse cohorts per condition of Section 6's blocks: means over
     runs, one bar per run where the runs differed in recovery."""
-    groups = []
+    groups: list[Fig5Group] = []
     for block in SECTION6_BLOCKS:
-        bars = []
+        bars: list[Fig5Bar] = []
         for condition in BLOCKS[block].conditions:
             runs = _runs_of(rs, block, PRIMARY_MODEL, condition)
             if not runs:
@@ -329,9 +365,13 @@ def _fig5(rs: RunSet) -> dict[str, Any]:
             split = len({r["recovered"] for r in runs}) > 1
             for part in ([[r] for r in runs] if split else [runs]):
                 name = condition + (f" (run {part[0]['seed']})" if split else "")
+                shares = {(cohort, kind): fmean(_share(r, cohort, kind) for r in part)
+                          for cohort in ("primary", "pulse") for kind in ("timely", "late", "undelivered")}
                 bars.append({"condition": name, "recovered": all(r["recovered"] for r in part), "runs": len(part),
-                             **{f"{cohort}_{kind}": fmean(_share(r, cohort, kind) for r in part)
-                                for cohort in ("primary", "pulse") for kind in ("timely", "late", "undelivered")}})
+                             "primary_timely": shares["primary", "timely"], "primary_late": shares["primary", "late"],
+                             "primary_undelivered": shares["primary", "undelivered"],
+                             "pulse_timely": shares["pulse", "timely"], "pulse_late": shares["pulse", "late"],
+                             "pulse_undelivered": shares["pulse", "undelivered"]})
         if bars:
             groups.append({"block": block, "bars": bars})
     return {"model": PRIMARY_MODEL, "groups": groups}
@@ -344,12 +384,13 @@ def _share(run: RunSummary, cohort: str, kind: str) -> float:
     return float({"timely": timely, "late": delivered - timely, "undelivered": 100.0 - delivered}[kind])
 
 
-def _fig6(rs: RunSet) -> dict[str, Any]:
+def _fig6(rs: RunSet) -> Fig6:
     """Every run: primary-cohort delivery within 120 s against the creation rate at the proxy."""
-    points = [{"block": e.block, "condition": e.spec.condition, "model": e.spec.model, "seed": e.spec.seed,
-               "created_x": r["created_x"], "primary_timely_pct": r["primary_timely_pct"] or 0.0,
-               "recovered": bool(r["recovered"])}
-              for e in rs.entries if (r := e.summary) is not None and r["created_x"] is not None]
+    points: list[Fig6Point] = [
+        {"block": e.block, "condition": e.spec.condition, "model": e.spec.model, "seed": e.spec.seed,
+         "created_x": r["created_x"], "primary_timely_pct": r["primary_timely_pct"] or 0.0,
+         "recovered": bool(r["recovered"])}
+        for e in rs.entries if (r := e.summary) is not None and r["created_x"] is not None]
     return {"points": points}
 
 
@@ -360,10 +401,10 @@ def _fig6(rs: RunSet) -> dict[str, Any]:
 RETENTION_PAIRS = (("coalescing", "coalescing-retain"), ("lookup-first", "lookup-first-retain"))
 
 
-def _retention(rs: RunSet) -> list[dict[str, Any]]:
+def _retention(rs: RunSet) -> list[RetentionRow]:
     """Per model, each composition condition beside the same condition with retention: what the
     retries that came after their execution completed cost, over the block's runs."""
-    rows = []
+    rows: list[RetentionRow] = []
     for model in BLOCKS["retention"].models:
         for paper, kept in RETENTION_PAIRS:
             for condition in (paper, kept):
@@ -383,11 +424,11 @@ def _retention(rs: RunSet) -> list[dict[str, Any]]:
     return rows
 
 
-def _sdk_clients(rs: RunSet) -> list[dict[str, Any]]:
+def _sdk_clients(rs: RunSet) -> list[SdkClientRow]:
     """Per model, pulse, client profile and condition, over the block's runs: whether the engine
     recovered, what was delivered, and how many executions each delivered call cost."""
     block = BLOCKS["sdk-clients"]
-    rows = []
+    rows: list[SdkClientRow] = []
     for model, pulse_x, client, condition in itertools.product(block.models, block.pulses_x, block.clients,
                                                                block.conditions):
         runs = _runs_of(rs, "sdk-clients", model, condition, pulse_x=pulse_x, client=client)
@@ -405,13 +446,13 @@ def _sdk_clients(rs: RunSet) -> list[dict[str, Any]]:
     return rows
 
 
-def _fig_sdk(rs: RunSet) -> dict[str, Any]:
+def _fig_sdk(rs: RunSet) -> FigSdk:
     """The sdk-clients figure's data: per condition and client, the hold delivered and the share of runs
     that recovered at each pulse, over the block's runs on every model."""
     block = BLOCKS["sdk-clients"]
-    series = []
+    series: list[SdkSeries] = []
     for condition, client in itertools.product(block.conditions, block.clients):
-        points = []
+        points: list[SdkPoint] = []
         for pulse_x in block.pulses_x:
             runs = [r for model in block.models
                     for r in _runs_of(rs, "sdk-clients", model, condition, pulse_x=pulse_x, client=client)]
@@ -449,16 +490,17 @@ def _describe(entry: Entry) -> str:
     return f"{s.model} {s.condition}{client} seed {s.seed} pulse {s.pulse_x} steps {s.max_batched_tokens}"
 
 
-def _block(name: str, rs: RunSet) -> dict[str, Any]:
+def _block(name: str, rs: RunSet) -> BlockSection:
     block = BLOCKS[name]
-    rows = []
+    rows: list[BlockRow] = []
     for entry in rs.block_entries(name):
         s, r = entry.spec, entry.result
-        cells = [fmt.value(r.get(key)) for key, _ in RUN_COLUMNS] if not entry.failed else []
+        summary = entry.summary
+        cells = [fmt.value(summary.get(key)) for key, _ in RUN_COLUMNS] if summary is not None else []
         rows.append({"model": s.model, "seed": s.seed, "pulse_x": s.pulse_x, "steps": s.max_batched_tokens,
                      "condition": (s.condition if s.client is None else f"{s.condition} ({s.client} client)")
                      + deployment_suffix(s),
-                     "cells": cells, "error": r.get("error"), "file": run_file_name(r)})
+                     "cells": cells, "error": r["error"] if is_failed(r) else None, "file": run_file_name(r)})
     seeds = sorted({e.spec.seed for e in rs.block_entries(name)})
     return {"name": name, "section": block.section, "paper": block.paper, "models": list(block.models),
             "rows": rows,
@@ -466,7 +508,7 @@ def _block(name: str, rs: RunSet) -> dict[str, Any]:
             "paper_runs": {m: paper_runs(name, m) for m in block.models}}
 
 
-def _setup(rs: RunSet) -> dict[str, Any]:
+def _setup(rs: RunSet) -> Setup:
     builds: dict[tuple[str, str, bool], set[float]] = defaultdict(set)
     summaries = [r for r in rs.results if not is_failed(r)]
     for r in summaries:

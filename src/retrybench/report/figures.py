@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from html import escape
 from typing import Any
@@ -22,13 +22,16 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["FIGURES", "figure1", "figure3", "figure4", "figure5", "figure6", "figure_sdk"]
+from retrybench.report.sections import Fig1, Fig3, Fig4, Fig5, Fig5Bar, Fig6, FigSdk, Figures
+
+__all__ = ["draw_figures", "figure1", "figure3", "figure4", "figure5", "figure6", "figure_sdk"]
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
 LINES = ("-", "--", "-.", ":")
 HATCHES = ("", "//", "..", "xx")
-_STYLE: dict[str, Any] = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False}
+_STYLE: dict[str, float | str | bool] = {"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
+                                         "axes.spines.right": False}
 
 
 def _rc(name: str) -> Any:  # Any: matplotlib types rc keys as a Literal of every known key
@@ -70,18 +73,19 @@ def _empty(title: str, what: str) -> str:
             "is not drawn.</p>")
 
 
-def figure1(data: dict[str, Any]) -> str:
+def figure1(data: Fig1) -> str:
     title = "Figure 1. Calls delivered per 60 s and the waiting queue, diagnostic conditions"
     if not data["lines"]:
         return _empty(title, "diagnostic run")
     with _figure("figure1", 7.2, 2.8, ncols=2) as (fig, (left, right)):
         for i, line in enumerate(data["lines"]):
-            style: dict[str, Any] = {"color": COLOURS[i], "linestyle": LINES[i % len(LINES)], "linewidth": 1.4}
+            colour, dashes = COLOURS[i], LINES[i % len(LINES)]
             delivered = line["delivered_per_60s"]
             left.step([60 * k for k in range(len(delivered))], delivered, where="post", label=line["condition"],
-                      **style)
+                      color=colour, linestyle=dashes, linewidth=1.4)
             step = line["waiting_step_s"]
-            right.plot([step * k for k in range(len(line["waiting"]))], line["waiting"], **style)
+            right.plot([step * k for k in range(len(line["waiting"]))], line["waiting"], color=colour,
+                       linestyle=dashes, linewidth=1.4)
         left.set(title="(a) Calls delivered per 60 s", xlabel="Time since run start (s)", ylabel="calls")
         right.set(title="(b) Executions waiting (proxy + engine)", xlabel="Time since run start (s)",
                   ylabel="executions")
@@ -93,18 +97,18 @@ def figure1(data: dict[str, Any]) -> str:
         return _svg(fig, title, alt)
 
 
-def figure3(data: dict[str, Any]) -> str:
+def figure3(data: Fig3) -> str:
     title = "Figure 3. Execution rates over 347-947 s, diagnostic block"
     bars = data["bars"]
     if not bars:
         return _empty(title, "diagnostic run")
-    kinds = (("created_x", "created at the proxy"), ("accepted_x", "accepted by vLLM"),
-             ("completed_x", "completed"))
+    kinds = (([b["created_x"] for b in bars], "created at the proxy"),
+             ([b["accepted_x"] for b in bars], "accepted by vLLM"), ([b["completed_x"] for b in bars], "completed"))
     with _figure("figure3", 7.2, 2.6) as (fig, (ax,)):
         height = 0.26
-        for k, (key, name) in enumerate(kinds):
+        for k, (rates, name) in enumerate(kinds):
             ys = [i + (k - 1) * height for i in range(len(bars))]
-            ax.barh(ys, [b[key] for b in bars], height=height, color=COLOURS[k], hatch=HATCHES[k],
+            ax.barh(ys, rates, height=height, color=COLOURS[k], hatch=HATCHES[k],
                     edgecolor="black", linewidth=0.5, label=name)
         ax.set_yticks(range(len(bars)), [b["condition"] for b in bars])
         ax.invert_yaxis()
@@ -117,18 +121,18 @@ def figure3(data: dict[str, Any]) -> str:
         return _svg(fig, title, alt)
 
 
-def figure4(data: dict[str, Any]) -> str:
+def figure4(data: Fig4) -> str:
     title = "Figure 4. Computed prompt tokens per tracing run"
     bars = data["bars"]
     if not bars:
         return _empty(title, "tracing run")
-    parts = (("body", "aborted, body (before the abort)"), ("in_flight", "aborted, in flight at the abort"),
-             ("not_aborted", "not aborted"))
+    parts = (([b["body"] for b in bars], "aborted, body (before the abort)"),
+             ([b["in_flight"] for b in bars], "aborted, in flight at the abort"),
+             ([b["not_aborted"] for b in bars], "not aborted"))
     with _figure("figure4", 7.2, 0.6 + 0.26 * len(bars)) as (fig, (ax,)):
         left = [0.0] * len(bars)
         ys = range(len(bars))
-        for k, (key, name) in enumerate(parts):
-            widths = [b[key] for b in bars]
+        for k, (widths, name) in enumerate(parts):
             ax.barh(ys, widths, left=left, color=COLOURS[k], hatch=HATCHES[k], edgecolor="black", linewidth=0.5,
                     label=name)
             left = [a + w for a, w in zip(left, widths, strict=True)]
@@ -144,7 +148,14 @@ def figure4(data: dict[str, Any]) -> str:
         return _svg(fig, title, alt)
 
 
-def figure5(data: dict[str, Any]) -> str:
+def _cohort_share(bar: Fig5Bar, cohort: str, kind: str) -> float:
+    shares = {("primary", "timely"): bar["primary_timely"], ("primary", "late"): bar["primary_late"],
+              ("primary", "undelivered"): bar["primary_undelivered"], ("pulse", "timely"): bar["pulse_timely"],
+              ("pulse", "late"): bar["pulse_late"], ("pulse", "undelivered"): bar["pulse_undelivered"]}
+    return shares[cohort, kind]
+
+
+def figure5(data: Fig5) -> str:
     title = "Figure 5. Delivery of the primary and pulse cohorts per condition"
     groups = data["groups"]
     if not groups:
@@ -157,7 +168,7 @@ def figure5(data: dict[str, Any]) -> str:
         for ax, cohort in zip(axes, ("primary", "pulse"), strict=True):
             left = [0.0] * len(bars)
             for k, (kind, name) in enumerate(kinds):
-                widths = [b[f"{cohort}_{kind}"] for b in bars]
+                widths = [_cohort_share(b, cohort, kind) for b in bars]
                 ax.barh(range(len(bars)), widths, left=left, color=COLOURS[k], hatch=HATCHES[k],
                         edgecolor="black", linewidth=0.4, label=name if cohort == "primary" else None)
                 left = [a + w for a, w in zip(left, widths, strict=True)]
@@ -172,7 +183,7 @@ def figure5(data: dict[str, Any]) -> str:
         return _svg(fig, title, alt)
 
 
-def figure6(data: dict[str, Any]) -> str:
+def figure6(data: Fig6) -> str:
     title = "Figure 6. Delivery against creation rate at the proxy, every run"
     points = data["points"]
     if not points:
@@ -196,7 +207,7 @@ def figure6(data: dict[str, Any]) -> str:
         return _svg(fig, title, alt)
 
 
-def figure_sdk(data: dict[str, Any]) -> str:
+def figure_sdk(data: FigSdk) -> str:
     """Beyond the paper: one panel per condition, one line per client profile across the pulse sizes."""
     title = "SDK clients. Hold delivered per client profile, condition and pulse"
     series, conditions = data["series"], data["conditions"]
@@ -226,6 +237,7 @@ def figure_sdk(data: dict[str, Any]) -> str:
         return _svg(fig, title, alt)
 
 
-FIGURES: dict[str, Callable[[dict[str, Any]], str]] = {
-    "fig1": figure1, "fig3": figure3, "fig4": figure4, "fig5": figure5, "fig6": figure6, "sdk": figure_sdk,
-}
+def draw_figures(figures: Figures) -> dict[str, str]:
+    """Every figure of the report as an inline SVG, by the name the template shows it under."""
+    return {"fig1": figure1(figures["fig1"]), "fig3": figure3(figures["fig3"]), "fig4": figure4(figures["fig4"]),
+            "fig5": figure5(figures["fig5"]), "fig6": figure6(figures["fig6"]), "sdk": figure_sdk(figures["sdk"])}

@@ -4,9 +4,7 @@ the paper's own runs as stars."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from retrybench.report.boundaries import BoundariesSection, MapDocument
 from retrybench.report.heatmap import HeatMap, draw_heatmap
 
 __all__ = ["TITLES", "boundary_figures", "draw_map"]
@@ -18,7 +16,7 @@ TITLES = {
 }
 
 
-def draw_map(doc: Mapping[str, Any]) -> str:
+def draw_map(doc: MapDocument) -> str:
     """One map (a document of report.boundaries' section) as an inline SVG."""
     spec = HeatMap(rows=doc["rows"], boundaries=doc["boundaries"], x=doc["x"], y=doc["y"], xs=doc["xs"],
                    ys=doc["ys"], panel=doc["panel"], panels=doc["panels"], seeds=doc["seeds"], points=doc["points"],
@@ -29,7 +27,7 @@ def draw_map(doc: Mapping[str, Any]) -> str:
                         note=f", probed cells only, over seeds {seeds}; bars mark each seed's boundary")
 
 
-def boundary_figures(section: Mapping[str, Any] | None) -> dict[str, str]:
+def boundary_figures(section: BoundariesSection | None) -> dict[str, str]:
     """Each map of the section drawn, by the name `boundaries_<map>` the template shows it under;
     nothing where the report has no such section."""
     if not section:

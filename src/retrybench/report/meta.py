@@ -9,15 +9,42 @@ import subprocess
 import sys
 from importlib import metadata, resources
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from retrybench import __version__
 from retrybench.engine.profiles import MODELS
 from retrybench.records.cache import code_version
 
-__all__ = ["PACKAGES", "gather", "git_commit"]
+__all__ = ["PACKAGES", "RunMeta", "StepsCalibration", "gather", "git_commit"]
 
 PACKAGES = ("numpy", "click", "rich", "jinja2", "matplotlib", "pytest", "pytest-xdist")
+
+
+class StepsCalibration(TypedDict):
+    """C-hat of a build calibrated at another step size, beside the 8,192-token C-hat its runs use."""
+
+    model: str
+    gpu: str
+    max_batched_tokens: int
+    chat: float
+    chat_8192: float
+
+
+class RunMeta(TypedDict):
+    """Where and with what the report's runs were made."""
+
+    engine: str
+    command: str
+    wall_s: float | None
+    retrybench: str
+    code_version: str
+    commit: str
+    python: str
+    platform: str
+    cpus: int
+    packages: dict[str, str]
+    model_profiles: dict[str, str]
+    chat_at_steps: NotRequired[list[StepsCalibration]]
 
 
 def git_commit() -> str:
@@ -40,7 +67,7 @@ def _version(name: str) -> str:
         return "not installed"
 
 
-def gather(*, engine: str, wall_s: float | None, command: str) -> dict[str, Any]:
+def gather(*, engine: str, wall_s: float | None, command: str) -> RunMeta:
     """The report's run metadata: engine, versions, commit, machine, the command and its wall time."""
     return {
         "engine": engine,

@@ -7,9 +7,9 @@ when it is there (or `--real-engine FILE`). Pure: the caller reads the file, thi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
-__all__ = ["FORMAT", "FORMATS", "RESULT_FILE", "real_engine_section"]
+__all__ = ["FORMAT", "FORMATS", "RESULT_FILE", "RealEngineSection", "real_engine_section"]
 
 FORMAT = "retrybench-real-engine/2"  # live.compare_real writes it; the report never imports live/
 FORMATS = ("retrybench-real-engine/1", FORMAT)  # /1 has no per-stage seeds, cache counters or sustained rates
@@ -24,7 +24,52 @@ def _flag(value: Any) -> str:
     return "–" if value is None else ("yes" if value else "no")
 
 
-def _curve_row(point: Mapping[str, Any]) -> dict[str, str]:
+class CurveRow(TypedDict):
+    """One load of the capacity curve, live beside simulated, as printed."""
+
+    load: str
+    rate: str
+    live_cps: str
+    sim_cps: str
+    live_sustained: str
+    sim_sustained: str
+    live_ttft: str
+    sim_ttft: str
+    live_hits: str
+    sim_hits: str
+    harness_cpu: str
+
+
+class ConditionRow(TypedDict):
+    """One condition live against the simulator at the band's ends, with the verdict and why."""
+
+    condition: str
+    paper: str
+    recovered: str
+    hold: str
+    completed: str
+    engine_cps: str
+    probe_cps: str
+    capacity: str
+    harness_cpu: str
+    status: str
+    reason: str
+
+
+class RealEngineSection(TypedDict):
+    runtime: str
+    pinning: str
+    chats: str
+    mean: str
+    spread_pct: str
+    refusal: str | None
+    calibration_cpu: str
+    curve: list[CurveRow]
+    conditions: list[ConditionRow]
+    wall_min: str
+
+
+def _curve_row(point: Mapping[str, Any]) -> CurveRow:
     live, sim = point["live"], point.get("sim") or {}
     return {"load": f"{point['load_x']:g}", "rate": _num(point["rate_calls_per_s"], 3),
             "live_cps": _num(live["completions_per_s"], 3), "sim_cps": _num(sim.get("completions_per_s"), 3),
@@ -36,14 +81,14 @@ def _curve_row(point: Mapping[str, Any]) -> dict[str, str]:
             "harness_cpu": _num(point.get("harness_cpu_pct"), 0)}
 
 
-def real_engine_section(data: Mapping[str, Any]) -> dict[str, Any]:
+def real_engine_section(data: Mapping[str, Any]) -> RealEngineSection:
     """Rows for the page: the calibrations and their spread, the capacity curve live beside simulated,
     and per condition the live and simulated (band's ends) figures with the verdict and why."""
     if data.get("format") not in FORMATS:
         raise ValueError(f"not a {' or '.join(FORMATS)} file (format {data.get('format')!r})")
     band = data.get("band") or {}
     curve = [_curve_row(p) for p in data.get("capacity_curve", [])]
-    conditions = []
+    conditions: list[ConditionRow] = []
     for row in data.get("conditions", []):
         verdict = row.get("verdict") or {"status": "not compared", "reason": "no simulated runs", "capacity": None}
         live, low, high = row["live"], row.get("sim_low") or {}, row.get("sim_high") or {}

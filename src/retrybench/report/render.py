@@ -4,16 +4,17 @@ resources), written with each run's summary JSON beside it. The only module here
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
 from retrybench.records.atomicfile import write_atomic
+from retrybench.records.results import Result
 from retrybench.report.context import run_file_name
-from retrybench.report.figures import FIGURES
+from retrybench.report.figures import draw_figures
 from retrybench.report.figures_boundaries import boundary_figures
+from retrybench.report.sections import ReportContext
 
 __all__ = ["render_html", "write_report"]
 
@@ -27,15 +28,14 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def render_html(context: Mapping[str, Any]) -> str:
+def render_html(context: ReportContext) -> str:
     """The report page: the context's data with its figures drawn."""
-    figures = {name: draw(context["figures"][name]) for name, draw in FIGURES.items()}
-    figures |= boundary_figures(context.get("boundaries"))
+    figures = draw_figures(context["figures"]) | boundary_figures(context.get("boundaries"))
     template = _environment().get_template("report.html.j2")
     return template.render(**context, svg=figures, runs_dir=RUNS_DIR)
 
 
-def write_report(out: Path, context: Mapping[str, Any], results: Iterable[Mapping[str, Any]],
+def write_report(out: Path, context: ReportContext, results: Iterable[Result],
                  page_name: str = "index.html") -> Path:
     """Write out/<page_name>, out/summary.json (the page's data) and out/runs/<run>.json (one per run,
     failed ones with their error); return the page's path."""

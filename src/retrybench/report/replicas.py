@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
 
 from retrybench.plan.blocks import BLOCKS, PRIMARY_MODEL, PROXY_TIERS, REPLICA_DEPLOYMENTS
 from retrybench.plan.spec import DEPLOYMENT_DEFAULTS, RunSpec
 from retrybench.records.results import RunSummary
 from retrybench.report import fmt
 from retrybench.report.runs import RunSet
+from retrybench.report.sections import ReplicasRow, ReplicasSection, TierCell
 
 __all__ = ["deployment_suffix", "replicas_section"]
 
@@ -66,7 +66,7 @@ def _cells(rs: RunSet) -> list[_Cell]:
             for n, router, tier in order for condition in conditions if (n, router, tier, condition) in grouped]
 
 
-def _cell_text(cell: _Cell | None) -> dict[str, str]:
+def _cell_text(cell: _Cell | None) -> TierCell:
     if cell is None:
         return {"recovered": fmt.DASH, "pulse": fmt.DASH, "attached": fmt.DASH}
     return {"recovered": f"{cell.recovered} of {len(cell.runs)}",
@@ -74,10 +74,10 @@ def _cell_text(cell: _Cell | None) -> dict[str, str]:
             "attached": fmt.span([r["retries_attached_pct"] for r in cell.runs])}
 
 
-def _rows(cells: Sequence[_Cell]) -> list[dict[str, Any]]:
+def _rows(cells: Sequence[_Cell]) -> list[ReplicasRow]:
     """One row per replica count, router and condition; one column group per proxy tier."""
     by_key = {(c.replicas, c.router, c.condition, c.tier): c for c in cells}
-    rows: list[dict[str, Any]] = []
+    rows: list[ReplicasRow] = []
     seen: set[tuple[int, str, str]] = set()
     for c in cells:
         key = (c.replicas, c.router, c.condition)
@@ -164,7 +164,7 @@ def _router_sentence(cells: Sequence[_Cell]) -> str | None:
             + (" (the router did not change recovery)." if same else "."))
 
 
-def replicas_section(rs: RunSet) -> dict[str, Any] | None:
+def replicas_section(rs: RunSet) -> ReplicasSection | None:
     """The section's data, or None when the report holds no run of the block."""
     cells = _cells(rs)
     if not cells:

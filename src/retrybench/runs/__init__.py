@@ -1,1 +1,2 @@
-"""The run service: run specs to results, through the cache, on the simulated or a live engine."""
+"""The run service: run specs planned (C-hat resolved up front), run on one executor interface (a local
+process pool, Ray or a live engine) through the result cache, and `reproduce` built on them."""

@@ -11,15 +11,15 @@ paper's own runs on it), which the report draws and reads; it never imports this
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from retrybench.conditions.config import Condition, load_condition
+from retrybench.conditions.config import ClientPolicy, Condition, ProxyPolicy, load_condition
 from retrybench.plan.blocks import PRIMARY_MODEL, PULSES_X, TABLE1
-from retrybench.report.boundaries import PAPER_Q
+from retrybench.plan.spec import OverrideValue
+from retrybench.report.boundaries import PAPER_Q, MapDocument, MapPoint
+from retrybench.runs.executors import Executor, Progress
 from retrybench.sweep.axes import Axis, parse_axis
-from retrybench.sweep.executors import Progress, RunExecutor
 from retrybench.sweep.plan import SweepPlan
 from retrybench.sweep.run import Find, SweepResult, find_runs_bound, run_finds
 
@@ -48,20 +48,20 @@ class BoundaryMap:
     x: str
     y: str
     panel: str
-    panels: tuple[Any, ...]
-    ys: tuple[Any, ...]
+    panels: tuple[str, ...]
+    ys: tuple[OverrideValue, ...]
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    points: tuple[dict[str, Any], ...] = ()
+    points: tuple[MapPoint, ...] = ()
 
 
-def _policy(condition: Condition) -> tuple[Any, ...]:
+def _policy(condition: Condition) -> tuple[ClientPolicy, ProxyPolicy, int | str | None]:
     return condition.client, condition.proxy, condition.engine_cap
 
 
 def same_policy(names: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """Each distinct policy once, under its first name -> every name with that policy (no-control is
     retries-on-cancel-off): a condition's runs are the same under either name, so it is searched once."""
-    groups: dict[tuple[Any, ...], list[str]] = {}
+    groups: dict[tuple[ClientPolicy, ProxyPolicy, int | str | None], list[str]] = {}
     for name in names:
         groups.setdefault(_policy(load_condition(name)), []).append(name)
     return {members[0]: tuple(members) for members in groups.values()}
@@ -107,15 +107,15 @@ def pulse_map(models: Sequence[str], gpu: str = "h100", seeds: tuple[int, ...] |
                                  seeds=seeds, model=ms[0], gpu=gpu), pulse.name)
                   for ms, conds in by_models.items())
     representative = {name: rep for rep, names in aliases.items() for name in names}
-    points = {(model, x, representative[c]) for (c, model), xs in _paper_pulses().items()
+    found = {(model, x, representative[c]) for (c, model), xs in _paper_pulses().items()
               if c in representative and model in pairs[representative[c]] for x in xs}
     panels = tuple(m for m in models if any(m in ms for ms in by_models))
     return BoundaryMap(name="pulse", finds=finds, x=pulse.name, y="condition", panel="model", panels=panels,
                        ys=tuple(aliases), aliases=aliases,
-                       points=tuple({"panel": m, "x": x, "y": c} for m, x, c in sorted(points)))
+                       points=tuple(MapPoint(panel=m, x=x, y=c) for m, x, c in sorted(found)))
 
 
-def _table1_conditions(keep: Any) -> list[str]:
+def _table1_conditions(keep: Callable[[Condition], bool]) -> list[str]:
     """Table 1's conditions (on the primary model) whose loaded policy `keep` accepts."""
     return [c for c, ms in table1_models([PRIMARY_MODEL]).items() if keep(load_condition(c))]
 
@@ -132,7 +132,7 @@ def deferral_map(gpu: str = "h100", seeds: tuple[int, ...] | None = None) -> Bou
         return None
     pulse, window = parse_axis(PULSE_AXIS), parse_axis(DEFER_AXIS)
     plan = SweepPlan(conditions=tuple(conditions), axes=(pulse, window), seeds=seeds, model=PRIMARY_MODEL, gpu=gpu)
-    points = tuple({"panel": c, "x": x, "y": load_condition(c).proxy.defer_s}
+    points = tuple(MapPoint(panel=c, x=x, y=load_condition(c).proxy.defer_s)
                    for c in conditions for x in sorted(_block_pulses(c)))
     return BoundaryMap(name="deferral", finds=(Find(plan, pulse.name),), x=pulse.name, y=window.name,
                        panel="condition", panels=tuple(conditions), ys=window.values,
@@ -154,12 +154,12 @@ def engine_cap_map(gpu: str = "h100", seeds: tuple[int, ...] | None = None) -> B
     for name in conditions:
         condition = load_condition(name)
         panel_of[condition.client, condition.proxy] = name
-    points = []
+    points: list[MapPoint] = []
     for name in _table1_conditions(lambda c: c.engine_cap is not None):
         condition = load_condition(name)
         panel = panel_of.get((condition.client, condition.proxy))
         q = PAPER_Q if condition.engine_cap == "auto" else condition.engine_cap
-        points += [{"panel": panel, "x": q, "y": x} for x in sorted(_block_pulses(name)) if panel is not None]
+        points += [MapPoint(panel=panel, x=q, y=x) for x in sorted(_block_pulses(name)) if panel is not None]
     return BoundaryMap(name="engine-cap", finds=(Find(plan, cap.name),), x=cap.name, y=pulses.name,
                        panel="condition", panels=tuple(conditions), ys=pulses.values,
                        aliases={c: (c,) for c in conditions}, points=tuple(points))
@@ -195,7 +195,7 @@ def sweep_command(find: Find, out: str) -> str:
                      f"--seeds {len(plan.seeds)}", f"--out {out}"])
 
 
-def _document(found: BoundaryMap, results: Sequence[SweepResult]) -> dict[str, Any]:
+def _document(found: BoundaryMap, results: Sequence[SweepResult]) -> MapDocument:
     """A map as the report reads it: plain data, the runs and boundaries of all its searches."""
     first = found.finds[0]
     grid = first.plan.find_grid(first.axis, first.resolution)
@@ -205,14 +205,14 @@ def _document(found: BoundaryMap, results: Sequence[SweepResult]) -> dict[str, A
         "xs": grid, "ys": list(found.ys), "seeds": list(first.plan.seeds), "until": UNTIL,
         "resolution": str(first.resolution or first.plan.axis(first.axis).step), "gpu": first.plan.gpu,
         "aliases": {k: list(v) for k, v in found.aliases.items()}, "points": list(found.points),
-        "rows": rows, "boundaries": [b for r in results for b in r.boundaries],
-        "spreads": [s for r in results for s in r.spreads],
+        "rows": rows, "boundaries": [b.record() for r in results for b in r.boundaries],
+        "spreads": [s.record() for r in results for s in r.spreads],
         "commands": [sweep_command(f, f"boundaries-{found.name}") for f in found.finds],
     }
 
 
-def run_maps(maps: Sequence[BoundaryMap], executor: RunExecutor,
-             progress: Progress | None = None) -> list[dict[str, Any]]:
+def run_maps(maps: Sequence[BoundaryMap], executor: Executor,
+             progress: Progress | None = None) -> list[MapDocument]:
     """Every search of every map, advanced together a round at a time; each map as the report reads it."""
     finds = [f for m in maps for f in m.finds]
     results = iter(run_finds(finds, executor, UNTIL, progress))

@@ -95,7 +95,7 @@ class SweepPlan:
                 return axis
         raise PlanError(f"--find {name}: not an axis of this sweep; give its bounds with --axis {name}=LOW:HIGH:STEP")
 
-    def find_grid(self, name: str, resolution: Decimal | None) -> list[OverrideValue]:
+    def find_grid(self, name: str, resolution: Decimal | None) -> list[float]:
         """The values a boundary search along axis `name` may probe: its bounds cut at `resolution`
         (default: the axis' step)."""
         axis = self.axis(name)
@@ -111,7 +111,7 @@ class SweepPlan:
         return [int(v) if integral else float(v) for v in grid(min(numbers), max(numbers), step)]
 
 
-def _policy_values(spec: RunSpec) -> dict[str, Any]:
+def _policy_values(spec: RunSpec) -> dict[str, object]:
     """The client and proxy fields of the spec's condition (with its client profile), by axis name;
     empty where the condition does not load (check_specs reports it)."""
     try:

@@ -1,11 +1,20 @@
-"""Run the paper's calibration on the simulated engine."""
+"""The paper's calibration on the simulated engine: one engine, or a replica set behind its router.
+
+A replica set's calibration sends the same uncontrolled calls through the deployment's router; its
+saturated stage is the first in which the waiting queue summed over the replicas grows by 0.1 calls/s,
+and C-hat is that stage's rate minus the growth, as for one engine. A deployment's pulses and rates are
+then in units of what it serves as built (replicas, GPUs and router), not of N times one engine: a
+router that balances badly has the lower C-hat. Its stages start at N times the paper's first rate
+(stages.deployment_stage_plan).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import fmean
 
-from retrybench.analysis.calibrate import (
+from retrybench.calibration.stages import (
     CALIBRATION_CLIENT,
     FIRST_STAGE_RATE,
     LATENCY_RATE,
@@ -15,18 +24,22 @@ from retrybench.analysis.calibrate import (
     STAGES,
     Calibration,
     calibration_from_log,
+    deployment_stage_plan,
+    stage_calls,
     stage_plan,
 )
 from retrybench.conditions.config import ProxyPolicy, WorkloadSpec
 from retrybench.engine.profiles import EngineProfile
+from retrybench.sim.deployment import Deployment, simulate_deployment
 from retrybench.sim.run import simulate
-from retrybench.traffic.workload import concat_calls, stage_trace
 
-__all__ = ["CALIBRATION_SEEDS", "RepeatedCalibration", "average_calibrations", "calibrate", "calibrate_repeated"]
+__all__ = ["CALIBRATION_SEEDS", "RepeatedCalibration", "average_calibrations", "calibrate", "calibrate_deployment",
+           "calibrate_repeated"]
 
 # One 300-s stage carries noise of a few percent in C-hat (a standard deviation of 1.7% over ten traces), so
 # the calibration is repeated on independent traces and averaged.
 CALIBRATION_SEEDS = 5
+_UNCONTROLLED = ProxyPolicy(cancellation="off")
 
 
 def calibrate(profile: EngineProfile, *, seed: int = 0, spec: WorkloadSpec | None = None,
@@ -35,11 +48,21 @@ def calibrate(profile: EngineProfile, *, seed: int = 0, spec: WorkloadSpec | Non
     """Stages of constant-rate calls, without retries, sent straight to the engine."""
     spec = spec or WorkloadSpec(chat_calls_per_s=1.0)
     plan = stage_plan(first_rate, factor, stages, stage_s)
-    calls = concat_calls([stage_trace(rate, stage_s, seed, spec, start_s=start) for rate, start, _ in plan])
-    log = simulate(profile, calls, client=CALIBRATION_CLIENT,
-                   proxy=ProxyPolicy(cancellation="off"), seed=seed, meta={"calibration": True},
-                   prefix_tokens=spec.shared_prefix_tokens, stop_s=plan[-1][2])
+    log = simulate(profile, stage_calls(plan, stage_s, seed, spec), client=CALIBRATION_CLIENT, proxy=_UNCONTROLLED,
+                   seed=seed, meta={"calibration": True}, prefix_tokens=spec.shared_prefix_tokens, stop_s=plan[-1][2])
     return calibration_from_log(log, plan, threshold_per_s)
+
+
+def calibrate_deployment(profiles: Sequence[EngineProfile], router: str, *, seed: int = 0,
+                         spec: WorkloadSpec | None = None) -> Calibration:
+    """One calibration of the replicas `profiles` behind a `router`, on trace seed `seed`."""
+    spec = spec or WorkloadSpec(chat_calls_per_s=1.0)
+    plan = deployment_stage_plan(len(profiles))
+    log = simulate_deployment(profiles, stage_calls(plan, STAGE_S, seed, spec), client=CALIBRATION_CLIENT,
+                              proxy=_UNCONTROLLED, seed=seed, meta={"calibration": True},
+                              deployment=Deployment(router=router), prefix_tokens=spec.shared_prefix_tokens,
+                              stop_s=plan[-1][2])
+    return calibration_from_log(log, plan, SATURATION_PER_S)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +83,7 @@ def calibrate_repeated(profile: EngineProfile, *, seeds: int = CALIBRATION_SEEDS
 
 
 def average_calibrations(runs: tuple[Calibration, ...], latency_rate: float = LATENCY_RATE) -> RepeatedCalibration:
-    """The mean of calibrations on independent traces (made here one after another, or by a pool)."""
+    """The mean of calibrations on independent traces (made one after another, or by a pool)."""
     stages = [run.stage_near(latency_rate) for run in runs]
     ttft = [s.median_ttft_s for s in stages if s.median_ttft_s is not None]
     e2e = [s.median_e2e_s for s in stages if s.median_e2e_s is not None]
