@@ -20,11 +20,11 @@ from retrybench.sweep.executors import Progress as Report
 
 __all__ = ["BOUNDARIES", "Computed", "compute_boundaries", "wanted"]
 
-BOUNDARIES = "boundaries"  # the maps' name in `reproduce --blocks`
+BOUNDARIES = "boundaries"  # the maps' name in `reproduce --block`
 
 
 def wanted(blocks_text: str, skip: bool) -> bool:
-    """Whether `reproduce --blocks TEXT` computes the maps: with `all` (the default) or when named,
+    """Whether `reproduce --block TEXT` computes the maps: with `all` (the default) or when named,
     unless --no-boundaries."""
     parts = {part.strip() for part in blocks_text.split(",")}
     return not skip and bool(parts & {"all", BOUNDARIES})
