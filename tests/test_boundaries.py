@@ -196,7 +196,7 @@ def test_reproduce_computes_the_maps_and_a_rerun_computes_nothing(cache: Path, t
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(boundaries, "SEEDS", (1,))  # the smallest maps that still search: both ends only
     monkeypatch.setattr(boundaries, "PULSE_AXIS", "pulse_x=1.5:2.5:1.0")
-    command = ["reproduce", "--models", QWEN3, "--blocks", "trigger-sweep,boundaries", "--runs", "1", "--jobs", "2",
+    command = ["reproduce", "--model", QWEN3, "--block", "trigger-sweep,boundaries", "--runs", "1", "--jobs", "2",
                "--out", str(tmp_path / "out")]
     first = CliRunner().invoke(main, command)
     assert first.exit_code == 0, first.output
@@ -219,7 +219,7 @@ def test_reproduce_computes_the_maps_and_a_rerun_computes_nothing(cache: Path, t
 
 
 def test_reproduce_refuses_the_maps_on_a_live_engine_before_any_run(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["reproduce", "--engine", "http://127.0.0.1:9", "--blocks", "boundaries",
+    result = CliRunner().invoke(main, ["reproduce", "--engine", "http://127.0.0.1:9", "--block", "boundaries",
                                        "--out", str(tmp_path)])
     assert result.exit_code == 2 and "simulated engine only" in result.output
 

@@ -33,7 +33,7 @@ from fixtures.killed_commands import (
     wait_for,
 )
 
-PLAN = ["--models", "qwen2.5-7b-instruct", "--blocks", "diagnostic,trigger-sweep,composition", "--runs", "1",
+PLAN = ["--model", "qwen2.5-7b-instruct", "--block", "diagnostic,trigger-sweep,composition", "--runs", "1",
         "--jobs", "2"]
 DISTINCT_RUNS = 13
 

@@ -29,7 +29,7 @@ from fixtures.killed_commands import (
     wait_for,
 )
 
-GRID = ["--condition", "no-control,coalescing,retry-budget", "--axis", "pulse_x=1.5:2.7:0.3", "--seeds", "1",
+GRID = ["--condition", "no-control,coalescing,retry-budget", "--axis", "pulse_x=1.5:2.7:0.3", "--seed", "1",
         "--jobs", "2"]
 RUNS = 15
 # What differs between two sweeps of the same grid by design: how long they took, and the command line.

@@ -208,8 +208,8 @@ def routes(workdir: Path) -> Iterator[list[Route]]:
             found.append(Route("nginx", f"http://127.0.0.1:{port}", process.pid))
         port = free_port()
         process = stack.enter_context(ServerProcess(
-            [sys.executable, "-m", "retrybench", "proxy", "--upstream", upstream, "--port", str(port),
-             "--policy", "retries-on-cancel-on"],
+            [sys.executable, "-m", "retrybench", "proxy", "--engine", upstream, "--port", str(port),
+             "--condition", "retries-on-cancel-on"],
             health_url=f"http://127.0.0.1:{port}/health", log_path=workdir / "proxy.log"))
         found.append(Route("retrybench", f"http://127.0.0.1:{port}", process.pid))
         yield found

@@ -12,8 +12,7 @@ from retrybench.traffic.workload import load_trace
 
 def test_make_trace_writes_a_trace_loadgen_can_read(tmp_path: Path) -> None:
     out = tmp_path / "trace.json"
-    result = CliRunner().invoke(main, ["make-trace", "--model", "qwen2.5-7b-instruct", "--seed", "3", "--out",
-                                       str(out)])
+    result = CliRunner().invoke(main, ["make-trace", "--model", "qwen2.5-7b-instruct", "--seed", "3", str(out)])
     assert result.exit_code == 0, result.output
     trace = load_trace(out)
     assert trace.seed == 3 and len(trace.calls) > 1000 and trace.end_s == 947.0
@@ -32,6 +31,6 @@ def test_run_rejects_a_bad_engine_and_a_time_scale_for_an_external_engine() -> N
 def test_loadgen_rejects_a_file_that_is_not_a_trace(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    result = CliRunner().invoke(main, ["loadgen", "--trace", str(bad), "--target", "http://127.0.0.1:9", "--out",
+    result = CliRunner().invoke(main, ["loadgen", "--trace", str(bad), "--target", "http://127.0.0.1:9",
                                        str(tmp_path / "out.json")])
     assert result.exit_code == 2 and "missing key" in result.output

@@ -11,7 +11,7 @@ its calibrated capacity around the run.
 About 12 minutes on two cores, so it runs only when asked (`pytest -m container_diagnostic`), and
 nightly on a runner with Docker and no GPU (.github/workflows/nightly-cpu.yml). The same with one
 command: `retrybench compare-real-engine --runtime container --calibrations 1 --loads none
---conditions retries-on-cancel-on,retries-off-cancel-on,coalescing --out DIR`.
+--condition retries-on-cancel-on,retries-off-cancel-on,coalescing --out DIR`.
 """
 
 from __future__ import annotations

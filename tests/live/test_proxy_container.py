@@ -27,7 +27,7 @@ from retrybench.traffic.workload import Call, Trace
 def test_the_proxy_command_names_upstream_policy_clock_and_log(tmp_path: Path) -> None:
     spec = proxy_container_spec(image="retrybench/proxy:x", upstream="http://vllm:8000", policy="coalescing",
                                 log_dir=tmp_path, time_scale=0.1, cpus=frozenset({1}))
-    assert spec.command == ("--upstream", "http://vllm:8000", "--policy", "coalescing", "--log",
+    assert spec.command == ("--engine", "http://vllm:8000", "--condition", "coalescing", "--log",
                             f"/logs/{PROXY_LOG}", "--time-scale", "0.1")
     assert spec.volumes == ((str(tmp_path), "/logs", "rw"),) and spec.alias == "proxy"
     assert spec.create_kwargs() == {"cpuset_cpus": "1"}  # no GPU request, no host IPC
@@ -38,7 +38,7 @@ def test_a_policy_file_is_mounted_read_only(tmp_path: Path) -> None:
     policy.write_text("[proxy]\n")
     spec = proxy_container_spec(image="i", upstream="http://e:8000", policy=str(policy), log_dir=tmp_path)
     assert (str(policy), "/etc/retrybench/mine.toml", "ro") in spec.volumes
-    assert spec.command[spec.command.index("--policy") + 1] == "/etc/retrybench/mine.toml"
+    assert spec.command[spec.command.index("--condition") + 1] == "/etc/retrybench/mine.toml"
     with pytest.raises(FileNotFoundError, match=r"absent\.toml"):
         proxy_container_spec(image="i", upstream="u", policy=str(tmp_path / "absent.toml"), log_dir=tmp_path)
 

@@ -195,8 +195,8 @@ def test_round_robin_route_alternates_the_upstreams() -> None:
 
 
 def test_route_is_refused_with_one_upstream() -> None:
-    result = CliRunner().invoke(main, ["proxy", "--upstream", "http://127.0.0.1:9", "--route", "key-affine"])
-    assert result.exit_code == 2 and "--route key-affine needs several --upstream" in result.output
+    result = CliRunner().invoke(main, ["proxy", "--engine", "http://127.0.0.1:9", "--route", "key-affine"])
+    assert result.exit_code == 2 and "--route key-affine needs several --engine" in result.output
     chosen = load_condition("coalescing").proxy
     with pytest.raises(ValueError, match="needs several upstreams"):
         ProxySettings(upstream="http://127.0.0.1:9", route="least-outstanding", policy=chosen)

@@ -141,8 +141,8 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
     proxy = f"http://127.0.0.1:{proxy_port}"
     with ServerProcess([sys.executable, "-m", "retrybench", "engine-server", "--model", "tiny-llama", "--gpu", "cpu",
                         "--port", str(engine_port)], health_url=engine + "/health", log_path=tmp_path / "engine.log"), \
-         ServerProcess([sys.executable, "-m", "retrybench", "proxy", "--upstream", engine, "--port", str(proxy_port),
-                        "--policy", "coalescing"], health_url=proxy + "/health", log_path=tmp_path / "proxy.log"):
+         ServerProcess([sys.executable, "-m", "retrybench", "proxy", "--engine", engine, "--port", str(proxy_port),
+                        "--condition", "coalescing"], health_url=proxy + "/health", log_path=tmp_path / "proxy.log"):
         yield proxy, engine, tokenizer
 
 

@@ -145,7 +145,7 @@ def test_reproduce_refuses_an_unknown_block_before_any_run(tmp_path: Path) -> No
 
     from retrybench.cli.main import main
 
-    result = CliRunner().invoke(main, ["reproduce", "--blocks", "retention,no-such-block", "--out", str(tmp_path)])
+    result = CliRunner().invoke(main, ["reproduce", "--block", "retention,no-such-block", "--out", str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert "unknown block(s) no-such-block" in result.output and "sdk-clients" in result.output
     assert not any(tmp_path.iterdir()), "it ran something before refusing"

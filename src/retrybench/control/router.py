@@ -3,7 +3,7 @@
 A deployment runs several engine replicas behind a router, and the overload-control proxy itself as
 several instances behind a load balancer. Both choices are pure functions of their inputs and of the
 chooser's own state (a round-robin counter, the prefixes it has routed, a seeded generator), so the
-simulator and a live proxy (`--upstream A --upstream B --route POLICY`) make the same choices.
+simulator and a live proxy (`--engine A --engine B --route POLICY`) make the same choices.
 
 Hashing uses blake2b, never Python's `hash()`, whose salt changes per process: a key maps to the same
 replica in every run, every worker and every proxy instance.

@@ -57,8 +57,8 @@ class ProxyLauncher(Protocol):
 def proxy_process(*, engine_url: str, policy: str, time_scale: float, workdir: Path) -> Iterator[str]:
     """`retrybench proxy` as a process of its own on a free loopback port."""
     port = free_port()
-    argv = [sys.executable, "-m", "retrybench", "proxy", "--upstream", engine_url, "--port", str(port),
-            "--policy", policy, "--log", str(workdir / PROXY_LOG), "--time-scale", repr(time_scale)]
+    argv = [sys.executable, "-m", "retrybench", "proxy", "--engine", engine_url, "--port", str(port),
+            "--condition", policy, "--log", str(workdir / PROXY_LOG), "--time-scale", repr(time_scale)]
     url = f"http://127.0.0.1:{port}"
     with ServerProcess(argv, health_url=url + "/health", log_path=workdir / "proxy.log"):
         yield url

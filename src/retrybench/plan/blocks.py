@@ -50,7 +50,7 @@ class Block:
     # Deployments (RunSpec's replica and proxy-tier fields) the block crosses its conditions with; {} is the
     # paper's one engine behind one proxy.
     deployments: tuple[Mapping[str, Any], ...] = ({},)
-    # Run only when named (`reproduce --blocks NAME`), not by default: a block too long for a default
+    # Run only when named (`reproduce --block NAME`), not by default: a block too long for a default
     # reproduction on a small machine.
     opt_in: bool = False
 

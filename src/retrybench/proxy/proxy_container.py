@@ -39,7 +39,7 @@ def proxy_container_spec(*, image: str, upstream: str, policy: str, log_dir: Pat
             raise FileNotFoundError(f"no policy file {path}")
         policy_arg = str(PurePosixPath(CONTAINER_POLICY) / path.name)
         volumes.append((str(path), policy_arg, "ro"))
-    command = ("--upstream", upstream, "--policy", policy_arg, "--log", str(PurePosixPath(CONTAINER_LOGS) / PROXY_LOG),
+    command = ("--engine", upstream, "--condition", policy_arg, "--log", str(PurePosixPath(CONTAINER_LOGS) / PROXY_LOG),
                "--time-scale", repr(time_scale), *extra)
     return ContainerSpec(image=image, command=command, volumes=tuple(volumes), ipc_mode=None, gpus=False, cpus=cpus,
                          alias=alias)

@@ -186,13 +186,21 @@ def _axis_text(axis: Axis) -> str:
     return f"{axis.name}=" + ",".join(str(v) for v in axis.values)
 
 
+def _seeds_text(seeds: Sequence[int]) -> str:
+    """Seeds as `--seed` reads them: a range where they run on without a gap (1-5), else listed."""
+    ordered = sorted(seeds)
+    if len(ordered) > 1 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ",".join(map(str, ordered))
+
+
 def sweep_command(find: Find, out: str) -> str:
-    """The `retrybench sweep` that runs the same search (add --seeds N or --resolution R for more)."""
+    """The `retrybench sweep` that runs the same search (widen its --seed or add --resolution R for more)."""
     plan = find.plan
     fixed = [] if any(a.name == "model" for a in plan.axes) else [f"--model {plan.model}"]
     return " ".join(["retrybench sweep", f"--condition {','.join(plan.conditions)}",
                      *(f"--axis {_axis_text(a)}" for a in plan.axes), *fixed, f"--find {find.axis}",
-                     f"--seeds {len(plan.seeds)}", f"--out {out}"])
+                     f"--seed {_seeds_text(plan.seeds)}", f"--out {out}"])
 
 
 def _document(found: BoundaryMap, results: Sequence[SweepResult]) -> MapDocument:

@@ -31,7 +31,7 @@ class SweepOptions:
 
     conditions: str
     axes: tuple[str, ...]
-    seeds: int
+    seeds: tuple[int, ...]
     model: str
     gpu: str
     find: str | None
@@ -63,7 +63,7 @@ def plan_of(options: SweepOptions) -> tuple[SweepPlan, Decimal | None]:
         if not axes:
             raise AxisError("give at least one --axis NAME=VALUES")
         plan = SweepPlan(conditions=parse_conditions(options.conditions), axes=tuple(axes),
-                         seeds=tuple(range(1, options.seeds + 1)), model=options.model, gpu=options.gpu)
+                         seeds=options.seeds, model=options.model, gpu=options.gpu)
         resolution = _resolution(options.resolution)
         if options.find is not None:
             plan.find_grid(options.find, resolution)

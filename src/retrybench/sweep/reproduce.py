@@ -22,11 +22,11 @@ from retrybench.sweep.boundaries import plan_maps, run_maps, runs_bound
 
 __all__ = ["BOUNDARIES", "Computed", "compute_boundaries", "compute_maps", "wanted"]
 
-BOUNDARIES = "boundaries"  # the maps' name in `reproduce --blocks`
+BOUNDARIES = "boundaries"  # the maps' name in `reproduce --block`
 
 
 def wanted(blocks_text: str, skip: bool) -> bool:
-    """Whether `reproduce --blocks TEXT` computes the maps: with `all` (the default) or when named,
+    """Whether `reproduce --block TEXT` computes the maps: with `all` (the default) or when named,
     unless --no-boundaries."""
     parts = {part.strip() for part in blocks_text.split(",")}
     return not skip and bool(parts & {"all", BOUNDARIES})

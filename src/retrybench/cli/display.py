@@ -1,0 +1,71 @@
+"""What the commands print: runs as a table or as JSON, a progress display, log lines on stderr.
+
+rich is imported when something is shown, not when a command is declared: `run --json` never needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+__all__ = ["console", "print_table", "progress", "show"]
+
+SUMMARY_COLUMNS = ("recovered", "recovery_s", "hold_delivered_pct", "pulse_delivered_pct", "primary_timely_pct",
+                   "created_x", "accepted_x", "completed_x", "retry_share_pct")
+HEADERS = ("recovered", "recovery s", "hold %", "pulse %", "primary <=120 s %", "created xC", "accepted xC",
+           "completed xC", "retry share %")
+
+
+@cache
+def console() -> Console:
+    """The console on stderr: progress, log lines and verdicts, apart from a command's result on stdout."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def progress() -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), console=console(), transient=False)
+
+
+def show(results: Sequence[Mapping[str, Any]], as_json: bool) -> None:
+    """Print the results (JSON or a table); exit 1 if any run failed, after showing every run."""
+    if as_json:
+        click.echo(json.dumps(results))
+    else:
+        print_table(results)
+    if any("error" in r for r in results):
+        sys.exit(1)
+
+
+def print_table(results: Sequence[Mapping[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("model", "condition", "seed", "pulse xC", *HEADERS, title="retrybench runs (simulated engine)")
+    for r in results:
+        if "error" in r:
+            table.add_row(r["model"], r["condition"], str(r["seed"]), str(r["pulse_x"]), f"FAILED: {r['error']}")
+            continue
+        table.add_row(r["model"], r["condition"], str(r["seed"]), str(r["pulse_x"]),
+                      *("-" if r.get(c) is None else str(r[c]) for c in SUMMARY_COLUMNS))
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
