@@ -84,7 +84,7 @@ def test_an_unknown_client_fails_before_any_run(monkeypatch: pytest.MonkeyPatch)
     def forbidden(*args: object, **kwargs: object) -> None:
         raise AssertionError("a run started")
 
-    monkeypatch.setattr("retrybench.runs.runner.run_one", forbidden)
+    monkeypatch.setattr("retrybench.runs.executors.run_one", forbidden)
     result = _run("--condition", "retries-on-cancel-on", "--client", "requests")
     assert result.exit_code == 2
     assert "Invalid value for '--client': unknown client profile 'requests'; known: anthropic-sdk, openai-sdk, " \

@@ -24,11 +24,11 @@ URL = "http://127.0.0.1:9"
 
 def test_the_options_are_checked_before_any_run() -> None:
     with pytest.raises(SweepError, match="--resolution goes with --find"):
-        plan_sweep(conditions="no-control", axes=["pulse_x=1.5,2.7"], seeds=1, model=MODEL, resolution="0.1")
+        plan_sweep(conditions="no-control", axes=["pulse_x=1.5,2.7"], seeds=(1,), model=MODEL, resolution="0.1")
     with pytest.raises(SweepError, match="give at least one --axis"):
-        plan_sweep(conditions="no-control", axes=[], seeds=1, model=MODEL)
+        plan_sweep(conditions="no-control", axes=[], seeds=(1,), model=MODEL)
     with pytest.raises(SweepError, match="unknown condition 'nope'"):
-        plan_sweep(conditions="no-control,nope", axes=["pulse_x=2"], seeds=1, model=MODEL)
+        plan_sweep(conditions="no-control,nope", axes=["pulse_x=2"], seeds=(1,), model=MODEL)
     with pytest.raises(SweepError, match="--address is for --executor ray"):
         sweep_executor("local", address="head:6379")
     assert isinstance(sweep_executor(engine=parse_engine(URL), time_scale=0.5), LiveExecutor)
@@ -72,7 +72,7 @@ def live_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Ru
 
 
 def test_a_sweep_runs_on_a_live_engine(live_stack: list[tuple[RunSpec, dict[str, Any]]], tmp_path: Path) -> None:
-    sweep = plan_sweep(conditions="no-control", axes=["pulse_x=1.5,2.7"], seeds=1, model=MODEL)
+    sweep = plan_sweep(conditions="no-control", axes=["pulse_x=1.5,2.7"], seeds=(1,), model=MODEL)
     display = Recording()
     outcome = run_sweep(sweep, sweep_executor(engine=parse_engine(URL), time_scale=0.5), out=tmp_path / "out",
                         command="retrybench sweep --engine " + URL, display=display)
@@ -92,10 +92,10 @@ def test_a_sweep_runs_on_a_live_engine(live_stack: list[tuple[RunSpec, dict[str,
 
 def test_a_live_sweep_refuses_policy_axes_before_any_run(live_stack: list[tuple[RunSpec, dict[str, Any]]],
                                                          tmp_path: Path) -> None:
-    sweep = plan_sweep(conditions="deferred-cancellation", axes=["proxy.defer_s=2,10"], seeds=1, model=MODEL)
+    sweep = plan_sweep(conditions="deferred-cancellation", axes=["proxy.defer_s=2,10"], seeds=(1,), model=MODEL)
     with pytest.raises(SweepError, match=r"policy overrides .* run on the simulated engine only"):
         run_sweep(sweep, sweep_executor(engine=parse_engine(URL)), out=tmp_path / "out", command="")
-    search = plan_sweep(conditions="coalescing", axes=["pulse_x=1:3:0.5", "proxy.defer_s=1"], seeds=1,
+    search = plan_sweep(conditions="coalescing", axes=["pulse_x=1:3:0.5", "proxy.defer_s=1"], seeds=(1,),
                         model=MODEL, find="pulse_x")
     with pytest.raises(SweepError, match=r"proxy\.defer_s=1"):
         run_sweep(search, sweep_executor(engine=parse_engine(URL)), out=tmp_path / "out", command="")

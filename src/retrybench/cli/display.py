@@ -15,9 +15,8 @@ import click
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.progress import Progress
 
-__all__ = ["console", "print_table", "progress", "show"]
+__all__ = ["console", "print_table", "show"]
 
 SUMMARY_COLUMNS = ("recovered", "recovery_s", "hold_delivered_pct", "pulse_delivered_pct", "primary_timely_pct",
                    "created_x", "accepted_x", "completed_x", "retry_share_pct")
@@ -31,20 +30,6 @@ def console() -> Console:
     from rich.console import Console
 
     return Console(stderr=True)
-
-
-def progress() -> Progress:
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("ETA"), TimeRemainingColumn(), console=console(), transient=False)
 
 
 def show(results: Sequence[Mapping[str, Any]], as_json: bool) -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "client_option",
     "condition_option",
     "engine_option",
+    "executor_options",
     "flat",
     "gpu_option",
     "jobs_option",
@@ -92,6 +93,8 @@ VOCABULARY: dict[str, Concept] = {
     "out": Concept("--out", "the directory a command writes into", ("--workdir",)),
     "json": Concept("--json", "print one JSON document on stdout instead of the human-readable output"),
     "jobs": Concept("--jobs", "parallel processes"),
+    "executor": Concept("--executor", "where simulated runs execute: local (a process pool) or ray"),
+    "address": Concept("--address", "a running Ray cluster's address"),
     "time-scale": Concept("--time-scale", "wall seconds per model second"),
     "token-scale": Concept("--token-scale", "every prompt and reply length times this"),
     "max-num-queued-reqs": Concept("--max-num-queued-reqs", "the engine's queue cap (vLLM's name)", ("--engine-cap",)),
@@ -340,6 +343,14 @@ def token_scale_option(help: str) -> Callable[[F], F]:
 
 def jobs_option(help: str = "Parallel processes (default: cores).") -> Callable[[F], F]:
     return option("jobs", type=click.IntRange(min=1), default=None, help=help)
+
+
+def executor_options(f: F) -> F:
+    """`--executor local|ray` and `--address`: where a command's simulated runs execute."""
+    f = option("address", default=None, help="--executor ray: a running cluster's address (default: a local Ray).")(f)
+    return option("executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                  help="local: a process pool on this machine; ray: one Ray task per run "
+                       "(pip install 'retrybench[ray]'). A live --engine runs one run after another instead.")(f)
 
 
 def json_option(help: str) -> Callable[[F], F]:

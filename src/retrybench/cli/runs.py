@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from retrybench.cli.display import console, print_table, progress, show
+from retrybench.cli.display import console, print_table, show
 from retrybench.cli.options import (
     Argument,
     Command,
@@ -17,6 +17,7 @@ from retrybench.cli.options import (
     client_option,
     condition_option,
     engine_option,
+    executor_options,
     gpu_option,
     jobs_option,
     json_option,
@@ -33,8 +34,6 @@ from retrybench.cli.options import (
 
 if TYPE_CHECKING:
     from retrybench.plan.engine_choice import EngineChoice
-    from retrybench.plan.spec import RunSpec
-    from retrybench.records.results import Result
 
 __all__ = ["block", "calibrate", "run"]
 
@@ -67,11 +66,11 @@ def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine:
     on the simulated engine, repeated on five independent traces and averaged; or once, live.
     Prints the calibration as JSON."""
     if engine.live:
-        from retrybench.analysis.calibrate import STAGES
+        from retrybench.calibration.stages import STAGES
 
         _calibrate_live(engine, model, gpu, mixed_prompts, time_scale, token_scale, stages or STAGES, workdir)
         return
-    from retrybench.runs.runner import calibration_for
+    from retrybench.calibration.store import calibration_for
 
     result = calibration_for(model, gpu, mixed_prompts, use_cache=not no_cache, token_scale=token_scale)
     brief = {k: v for k, v in result.items() if k != "runs"}
@@ -82,14 +81,15 @@ def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine:
 
 def _calibrate_live(engine: EngineChoice, model: str, gpu: str, mixed_prompts: bool, time_scale: float,
                     token_scale: float, stages: int, workdir: Path | None) -> None:
-    from retrybench.runs.runner import calibrate_one_live, live_workdir
+    from retrybench.calibration.live import calibrate_engine
+    from retrybench.runs.store import live_workdir
 
     if mixed_prompts:
         raise click.UsageError("--mixed-prompts is for the simulated engine only")
     workdir = workdir or live_workdir("calibrate-")
     console().print(f"calibrating {engine} live, up to {stages} stages of {300 * time_scale:g} s; logs in {workdir}")
     try:
-        summary = calibrate_one_live(engine, model=model, gpu=gpu, workdir=workdir, time_scale=time_scale,
+        summary = calibrate_engine(engine, model=model, gpu=gpu, workdir=workdir, time_scale=time_scale,
                                      token_scale=token_scale, stages=stages)
     except ValueError as error:
         raise click.ClickException(str(error)) from error
@@ -125,9 +125,12 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
         trace_path: Path | None, engine: EngineChoice, time_scale: float, workdir: Path | None,
         token_scale: float) -> None:
     """One paper run: the trace under one condition, on the simulated engine or live."""
+    from retrybench.calibration.store import chat_for
     from retrybench.conditions.config import ConfigError
     from retrybench.plan.spec import RunSpec
-    from retrybench.runs.runner import run_one, run_one_live, run_traced
+    from retrybench.runs.executors import run_one
+    from retrybench.runs.live import run_one_live
+    from retrybench.runs.simulate import run_traced
 
     if engine.kind == "url" and time_scale != 1.0 and gpu != "cpu":
         raise click.UsageError("an external engine runs in real time: --time-scale applies to engine-server only "
@@ -144,7 +147,7 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
         elif trace_path is None:
             result = run_one(spec, use_cache=not no_cache)
         else:
-            result = run_traced(spec, trace_path)
+            result = run_traced(spec, chat_for(spec), trace_path).record()
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     if as_json:
@@ -153,36 +156,26 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
         print_table([result])
 
 
-def run_with_progress(specs: list[RunSpec], jobs: int | None, label: str) -> list[Result]:
-    """`specs` in parallel with a progress display; a failed run is reported as it fails."""
-    from retrybench.records.results import is_failed
-    from retrybench.runs.runner import run_many
-
-    with progress() as shown:
-        task = shown.add_task(label, total=len(specs))
-
-        def advance(spec: RunSpec, result: Result) -> None:
-            shown.advance(task)
-            if is_failed(result):
-                console().print(f"[red]run failed[/red] {spec}: {result['error']}")
-
-        return run_many(specs, jobs=jobs, progress=advance)
-
-
 @click.command(cls=Command)
 @click.argument("name", cls=Argument, metavar="NAME", type=LazyChoice(_block_names),
                 help="The block (Table 1's and those beyond the paper).")
 @model_option()
 @runs_option("Runs (traces) of the block: paper (the paper's count) or N.")
 @gpu_option()
-@jobs_option()
+@executor_options
+@jobs_option("Parallel processes, or a local Ray's CPUs (default: cores).")
 @json_option("Print the run results as one JSON list instead of the table.")
-def block(name: str, model: str, runs: int | None, gpu: str, jobs: int | None, as_json: bool) -> None:
+def block(name: str, model: str, runs: int | None, gpu: str, executor: str, address: str | None, jobs: int | None,
+          as_json: bool) -> None:
     """Every condition of one Table 1 block, for each of its runs."""
-    from retrybench.plan.blocks import block_specs
+    from retrybench.runs.display import RichDisplay
+    from retrybench.runs.executors import make_executor
+    from retrybench.runs.ray import RayMissing
+    from retrybench.runs.reproduce import run_block
 
     try:
-        specs = block_specs(name, model, runs, gpu)
-    except ValueError as error:
+        chosen = make_executor(executor, jobs=jobs, address=address)
+        results = run_block(name, model, chosen, runs=runs, gpu=gpu, display=RichDisplay(console()))
+    except (ValueError, RayMissing) as error:  # ReproduceError is a ValueError
         raise click.UsageError(str(error)) from error
-    show(run_with_progress(specs, jobs, f"{name} on {model}"), as_json)
+    show(results, as_json)

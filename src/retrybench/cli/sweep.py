@@ -1,24 +1,31 @@
-"""`retrybench sweep`: the command's options; its body is retrybench.sweep.cli."""
+"""`retrybench sweep`: its options; the sweep itself is retrybench.sweep.service's."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from retrybench.cli.display import console, progress
+from retrybench.cli.display import console
 from retrybench.cli.options import (
     SEEDS,
     Command,
     condition_option,
+    engine_option,
+    executor_options,
     gpu_option,
     jobs_option,
     model_option,
     option,
     out_option,
     seeds_counted,
+    time_scale_option,
 )
+
+if TYPE_CHECKING:
+    from retrybench.plan.engine_choice import EngineChoice
 
 __all__ = ["sweep"]
 
@@ -44,26 +51,41 @@ __all__ = ["sweep"]
               show_default=True, help="The outcome whose onset a boundary marks.")
 @click.option("--resolution", default=None, help="--find's resolution along its axis (default: the axis' step).")
 @out_option("Where sweep.json and index.html go.", required=True)
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: a process pool on this machine; ray: one Ray task per run (pip install 'retrybench[ray]').")
-@click.option("--address", default=None, help="--executor ray: a running cluster's address (default: a local Ray).")
+@executor_options
 @jobs_option("Parallel processes, or a local Ray's CPUs (default: cores).")
+@engine_option("sim", "engine-server",
+               help="sim (the simulated engine, on --executor), engine-server (the engine model over HTTP, started "
+                    "per run) or the base URL of a running OpenAI-compatible engine: the runs then go live through "
+                    "the proxy, one after another, each condition under its own policy (no policy axes).")
+@time_scale_option(help="Live runs only. Wall seconds per model second: 1 is real time, 0.1 runs every clock, "
+                        "deadline and policy timer ten times faster.")
 @click.pass_context
 def sweep(ctx: click.Context, conditions: tuple[str, ...], axis_texts: tuple[str, ...], seeds: tuple[int, ...],
           model: str | None, gpu: str, find: str | None, until: str, resolution: str | None, out: Path, executor: str,
-          address: str | None, jobs: int | None) -> None:
-    """Map run parameters (axes) x conditions x seeds on the simulated engine, through the result cache
-    (resumable, under either executor); write sweep.json and a page of phase diagrams (recovery and hold
+          address: str | None, jobs: int | None, engine: EngineChoice, time_scale: float) -> None:
+    """Map run parameters (axes) x conditions x seeds on the simulated engine or live, through the result
+    cache (resumable, under any executor); write sweep.json and a page of phase diagrams (recovery and hold
     delivered per cell) with the critical value of the first numeric axis, or of --find's, per cell."""
     from retrybench.plan.blocks import PAPER_MODELS
-    from retrybench.sweep.cli import SweepOptions, run_sweep
+    from retrybench.runs.display import RichDisplay
+    from retrybench.sweep.service import INTERRUPTED, SweepError, plan_sweep, run_sweep, sweep_executor
 
     for name in ("model", "gpu"):
         given = ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
         if given and any(t.partition("=")[0].strip() == name for t in axis_texts):
             raise click.UsageError(f"--{name} and --axis {name} both given: keep one")
-    options = SweepOptions(conditions=",".join(conditions), axes=axis_texts, seeds=seeds,
-                           model=model or PAPER_MODELS[0], gpu=gpu, find=find, until=until, resolution=resolution,
-                           out=out, executor=executor, address=address, jobs=jobs,
-                           command=" ".join(["retrybench", *sys.argv[1:]]))
-    run_sweep(options, progress(), console())
+    try:
+        planned = plan_sweep(conditions=",".join(conditions), axes=axis_texts, seeds=seeds,
+                             model=model or PAPER_MODELS[0], gpu=gpu, find=find, resolution=resolution, until=until)
+        chosen = sweep_executor(executor, jobs=jobs, address=address, engine=engine, time_scale=time_scale)
+        outcome = run_sweep(planned, chosen, out=out, command=" ".join(["retrybench", *sys.argv[1:]]),
+                            display=RichDisplay(console()))
+    except SweepError as error:
+        raise click.UsageError(str(error)) from error
+    except KeyboardInterrupt:
+        console().print(INTERRUPTED, soft_wrap=True)
+        sys.exit(130)
+    for line in outcome.lines():
+        console().print(line, soft_wrap=True)
+    if outcome.failed:
+        sys.exit(1)

@@ -23,8 +23,8 @@ __all__ = ["doctor", "make_trace"]
 @click.option("--mixed-prompts", is_flag=True, help="Half the calls get 3,000-token prompts (Section 4.2).")
 def make_trace(trace_file: Path, model: str, gpu: str, seed: int, pulse_x: float, mixed_prompts: bool) -> None:
     """Write the paper's trace (base, pulse, hold) to TRACE_FILE for `loadgen` to replay."""
+    from retrybench.calibration.store import calibration_for
     from retrybench.conditions.config import WorkloadSpec
-    from retrybench.runs.runner import calibration_for
     from retrybench.traffic.workload import generate_trace, save_trace
 
     chat = float(calibration_for(model, gpu, mixed_prompts)["chat"])

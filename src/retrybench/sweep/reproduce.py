@@ -7,20 +7,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rich.console import Console
-from rich.progress import Progress
-
 from retrybench.plan.spec import RunSpec
 from retrybench.records.results import Result, is_failed
 from retrybench.report.boundaries import MapDocument
-from retrybench.runs.display import Display, RichDisplay
-from retrybench.runs.executors import Executor, LocalExecutor
+from retrybench.runs.display import Display
+from retrybench.runs.executors import Executor
 from retrybench.runs.executors import Progress as Report
 from retrybench.runs.plan import RunPlan
 from retrybench.runs.store import run_is_cached
 from retrybench.sweep.boundaries import plan_maps, run_maps, runs_bound
 
-__all__ = ["BOUNDARIES", "Computed", "compute_boundaries", "compute_maps", "wanted"]
+__all__ = ["BOUNDARIES", "Computed", "compute_maps", "wanted"]
 
 BOUNDARIES = "boundaries"  # the maps' name in `reproduce --block`
 
@@ -83,10 +80,3 @@ def compute_maps(models: Sequence[str], gpu: str, executor: Executor, display: D
     finally:
         display.stop(len(counting.seen))
     return Computed(docs, len(counting.seen), counting.cached, time.perf_counter() - started)
-
-
-def compute_boundaries(models: Sequence[str], gpu: str, jobs: int | None, progress: Progress,
-                       console: Console) -> Computed:
-    """compute_maps on this machine's process pool (`jobs`, default all cores), shown on `console`."""
-    del progress  # RichDisplay opens its own bar, as the command line's
-    return compute_maps(models, gpu, LocalExecutor(jobs), RichDisplay(console))

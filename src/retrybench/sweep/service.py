@@ -77,17 +77,17 @@ def _resolution(text: str | None) -> Decimal | None:
     return value
 
 
-def plan_sweep(*, conditions: str, axes: Sequence[str], seeds: int, model: str, gpu: str = "h100",
+def plan_sweep(*, conditions: str, axes: Sequence[str], seeds: Sequence[int], model: str, gpu: str = "h100",
                find: str | None = None, resolution: str | None = None,
                until: str = "not-recovered") -> PlannedSweep:
-    """The sweep of `--condition`, `--axis` (each NAME=VALUES), `--seeds` (trace seeds 1..N), `--model`,
+    """The sweep of `--condition`, `--axis` (each NAME=VALUES), `--seed` (the trace seeds), `--model`,
     `--gpu`, `--find`, `--resolution` and `--until` as given: every axis, value and combination checked."""
     try:
         parsed = parse_axes(list(axes))
         if not parsed:
             raise AxisError("give at least one --axis NAME=VALUES")
         plan = SweepPlan(conditions=parse_conditions(conditions), axes=tuple(parsed),
-                         seeds=tuple(range(1, seeds + 1)), model=model, gpu=gpu)
+                         seeds=tuple(seeds), model=model, gpu=gpu)
         step = _resolution(resolution)
         if find is not None:
             plan.find_grid(find, step)
