@@ -108,8 +108,8 @@ def test_run_on_a_fresh_seed(benchmark: Any, env: dict[str, str], cache: Path) -
     benchmark.extra_info["run_wall_median_s"] = wall
     print(f"\n`retrybench run --json`, seed {FRESH_SEED} uncached: median {took:.3f} s, {ratio:.2f} references "
           f"(target <= {bound:.2f}: {TARGET_S['run']} s where it was set, without drift); the run inside it "
-          f"(median wall_s) {wall:.3f} s, {wall / took * 100:.0f}% of the process; the rest (start-up, imports, output) about "
-          f"{took - wall:.3f} s")
+          f"(median wall_s) {wall:.3f} s, {wall / took * 100:.0f}% of the process; the rest (start-up, imports, "
+          f"output) about {took - wall:.3f} s")
     assert ratio <= bound, (f"`retrybench run --json` took {took:.3f} s, {ratio:.2f}x the reference workload, over "
                             f"the {bound:.2f}x that stands for {TARGET_S['run']} s; the run itself (wall_s) took "
                             f"{wall:.3f} s of it")
