@@ -81,8 +81,8 @@ LAZY_ONLY: frozenset[tuple[str, str]] = frozenset({("runs", "loadgen"), ("calibr
 # and doctor, which may import only these, work on a base install with no dependency at all.
 STDLIB_ONLY: frozenset[str] = frozenset({
     ROOT, "retrybench.gcpause", "retrybench.records", "retrybench.records.atomicfile", "retrybench.records.cache",
-    "retrybench.records.runlog", "retrybench.records.tracefile", "retrybench.conditions",
-    "retrybench.conditions.config", "retrybench.claims.paper", "retrybench.plan.engine_choice",
+    "retrybench.records.runlog", "retrybench.records.tracefile", "retrybench.records.decisionlog",
+    "retrybench.conditions", "retrybench.conditions.config", "retrybench.claims.paper", "retrybench.plan.engine_choice",
     "retrybench.realvllm.vllm_locate",
 })
 STDLIB_ONLY_LAYERS: frozenset[str] = frozenset({"doctor"})

@@ -29,7 +29,7 @@ import aiohttp
 import numpy as np
 
 from retrybench.conditions.config import ClientPolicy, WorkloadSpec
-from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, run_loadgen
+from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, SendLateness, run_loadgen
 from retrybench.serving.aio import run_event_loop
 from retrybench.serving.launch import ServerProcess, free_port
 from retrybench.traffic.workload import Call, Trace
@@ -61,7 +61,7 @@ def _trace() -> Trace:
     return Trace(spec=SPEC, seed=0, calls=calls)
 
 
-def reference_sends(trace: Trace, target: str) -> dict[str, float]:
+def reference_sends(trace: Trace, target: str) -> SendLateness:
     """Send `trace`'s calls at their arrival times with nothing else to do; the lateness summary."""
     url = target + "/v1/completions"
     bodies = [json.dumps({"model": "retrybench", "prompt": trace.prompt_token_ids(c.index),
@@ -105,7 +105,7 @@ def reference_sends(trace: Trace, target: str) -> dict[str, float]:
 def test_send_lateness_at_300_sends_per_second(benchmark: Any, tmp_path: Path) -> None:
     trace = _trace()
     port = free_port()
-    runs: list[tuple[dict[str, float], dict[str, float]]] = []  # (reference, load generator) per repeat
+    runs: list[tuple[SendLateness, SendLateness]] = []  # (reference, load generator) per repeat
     with ServerProcess([sys.executable, "-m", "fixtures.stub_upstream", "--port", str(port)],
                        health_url=f"http://127.0.0.1:{port}/health", log_path=tmp_path / "stub.log"):
         target = f"http://127.0.0.1:{port}"

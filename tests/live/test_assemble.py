@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from retrybench.loadgen.assemble import Scrape, assemble_run_log, merge_proxy_logs, resample
+from retrybench.records.decisionlog import DecisionLogHeader
 from retrybench.serving.aio import metric_sums
 from retrybench.serving.openai_api import call_digest
 
@@ -10,6 +11,10 @@ from retrybench.serving.openai_api import call_digest
 def scrape(at: float, waiting: int) -> Scrape:
     return Scrape(at_unix=at, engine_waiting=waiting, engine_running=1, proxy_waiting=0, prompt_tokens_total=10,
                   prefix_cache_queries_total=20)
+
+
+def proxy_header(t0_unix: float, time_scale: float = 0.1) -> DecisionLogHeader:
+    return {"t0_unix": t0_unix, "time_scale": time_scale, "upstream": "http://127.0.0.1:8000", "policy": {}}
 
 
 def test_each_trace_second_takes_the_latest_scrape_before_it() -> None:
@@ -34,7 +39,7 @@ def test_proxy_decisions_become_executions_on_the_trace_clock() -> None:
         {"ev": "end", "t": 3.0, "execution": 0, "fate": "cancelled"},
     ]
     log = assemble_run_log(load_meta={"time_scale": 0.1, "t0_unix": 1000.0}, calls=[], attempts=[],
-                           call_ids=["c-0", "c-1"], proxy_header={"t0_unix": 1000.5}, proxy_events=events,
+                           call_ids=["c-0", "c-1"], proxy_header=proxy_header(1000.5), proxy_events=events,
                            scrapes=[], meta={}, end_s=10.0)
     (execution,) = log.executions
     assert execution.call_index == 1 and execution.created_s == 6.0 and execution.accepted_s == 6.0
@@ -43,8 +48,8 @@ def test_proxy_decisions_become_executions_on_the_trace_clock() -> None:
 
 
 def test_several_instances_logs_merge_on_one_clock_with_distinct_execution_ids() -> None:
-    first = {"t0_unix": 100.0, "time_scale": 0.1}
-    second = {"t0_unix": 100.5, "time_scale": 0.1}  # started 5 policy seconds later
+    first = proxy_header(100.0)
+    second = proxy_header(100.5)  # started 5 policy seconds later
     header, events = merge_proxy_logs([
         (first, [{"ev": "attempt", "t": 1.0, "execution": 0, "decision": "create"},
                  {"ev": "engine", "t": 9.0, "execution": 0, "kind": "completed", "actions": [["retain", 0]]}]),

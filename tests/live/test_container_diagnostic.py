@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fixtures.containers import image_skip_reason
 
 from retrybench.realvllm.compare_real import RESULT_FILE, CompareSettings, compare_real_engine
+from retrybench.realvllm.record import RealEngineRecord
 
 pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.live, pytest.mark.container_diagnostic,
               pytest.mark.xdist_group("vllm-diagnostic")]
@@ -32,7 +32,7 @@ CONDITIONS = ("retries-on-cancel-on", "retries-off-cancel-on", "coalescing")
 
 
 @pytest.fixture(scope="module")
-def comparison(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def comparison(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> RealEngineRecord:
     if "container_diagnostic" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("the diagnostic through the containers takes about 12 minutes: run it with "
                     "pytest -m container_diagnostic")
@@ -48,7 +48,7 @@ def comparison(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 @pytest.mark.parametrize("condition", CONDITIONS)
 def test_the_containers_agree_with_the_simulator_where_the_engine_held_its_speed(
-        condition: str, comparison: dict[str, Any]) -> None:
+        condition: str, comparison: RealEngineRecord) -> None:
     row = next(r for r in comparison["conditions"] if r["condition"] == condition)
     assert row["live"]["attempts"] > 0, f"{condition}: no attempt reached the proxy container"
     verdict = row["verdict"]

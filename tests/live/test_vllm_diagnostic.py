@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from retrybench.realvllm.compare_real import CONDITIONS, RESULT_FILE, CompareSettings, compare_real_engine
+from retrybench.realvllm.record import RealEngineRecord
 from retrybench.realvllm.vllm import vllm_executable
 
 pytestmark = [pytest.mark.vllm, pytest.mark.vllm_diagnostic, pytest.mark.live,
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.vllm_diagnostic, pytest.mark.live,
 
 
 @pytest.fixture(scope="module")
-def comparison(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def comparison(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> RealEngineRecord:
     if "vllm_diagnostic" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("the real-vLLM comparison takes about 25 minutes: run it with pytest -m vllm_diagnostic")
     if vllm_executable() is None:
@@ -41,7 +41,7 @@ def comparison(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 @pytest.mark.parametrize("condition", list(CONDITIONS))
 def test_the_simulator_and_the_real_vllm_agree_where_the_engine_held_its_speed(
-        condition: str, comparison: dict[str, Any]) -> None:
+        condition: str, comparison: RealEngineRecord) -> None:
     refusal = comparison["band"]["refusal"]
     if refusal is not None:
         pytest.skip(f"no comparison on this machine now: {refusal}")

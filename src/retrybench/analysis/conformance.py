@@ -4,7 +4,8 @@ The live proxy logs each input it fed its core (attempt, subscriber left, engine
 and what the core decided. Feeding the same inputs, at the same times, to the simulator's core
 must give the same decisions: attach, refuse, create (dispatched or queued), cancel, dispatch
 and drop, and with result retention what is kept, freed and served from it. A difference means
-the live driver does not carry out the policy the simulator models.
+the live driver does not carry out the policy the simulator models. The log's schema is
+records/decisionlog.py's.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from retrybench.control.proxy import (
     Retain,
     Serve,
 )
+from retrybench.records.decisionlog import DecisionEvent, LoggedDecision
 
 __all__ = ["Mismatch", "actions_of", "decision_of", "replay"]
 
@@ -34,12 +36,12 @@ __all__ = ["Mismatch", "actions_of", "decision_of", "replay"]
 @dataclass(frozen=True, slots=True)
 class Mismatch:
     index: int  # the event's position in the log
-    event: dict[str, Any]
+    event: DecisionEvent
     expected: Any  # what the log says the live proxy decided
     replayed: Any  # what the replayed core decided
 
 
-def decision_of(decision: Decision) -> dict[str, Any]:
+def decision_of(decision: Decision) -> LoggedDecision:
     """A decision as the log records it."""
     if isinstance(decision, Create):
         return {"decision": "create", "execution": decision.execution_id, "dispatch": decision.dispatch}
@@ -68,13 +70,13 @@ def actions_of(actions: list[Action]) -> list[list[Any]]:
     return out
 
 
-def replay(policy: ProxyPolicy, events: list[dict[str, Any]]) -> tuple[dict[str, int], list[Mismatch]]:
+def replay(policy: ProxyPolicy, events: list[DecisionEvent]) -> tuple[dict[str, int], list[Mismatch]]:
     """Counts of decisions checked by kind, and every mismatch."""
     core = ProxyCore(policy)
     checked: dict[str, int] = {}
     mismatches: list[Mismatch] = []
 
-    def check(index: int, event: dict[str, Any], expected: Any, replayed: Any, kind: str) -> None:
+    def check(index: int, event: DecisionEvent, expected: Any, replayed: Any, kind: str) -> None:
         checked[kind] = checked.get(kind, 0) + 1
         if expected != replayed:
             mismatches.append(Mismatch(index, event, expected, replayed))

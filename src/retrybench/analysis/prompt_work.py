@@ -15,13 +15,15 @@ Only the trace's JSONL schema (records/tracefile.py) is read, so a real vLLM's t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
+
+from retrybench.records.tracefile import TraceEvent
 
 __all__ = ["PromptWork", "TraceEvents", "prompt_work"]
 
@@ -70,13 +72,13 @@ class TraceEvents:
     """A trace read once, for analyses that share the reading (Section 5 runs two): its events, their kinds,
     and those of the kinds they read. `prompt_work` and `step_time` accept one in place of the events."""
 
-    events: list[Mapping[str, Any]]
+    events: list[TraceEvent]
     kinds: list[Any]
-    steps: list[Mapping[str, Any]]
-    aborted: list[Mapping[str, Any]]
+    steps: list[TraceEvent]
+    aborted: list[TraceEvent]
 
     @classmethod
-    def read(cls, events: Iterable[Mapping[str, Any]] | TraceEvents) -> TraceEvents:
+    def read(cls, events: Iterable[TraceEvent] | TraceEvents) -> TraceEvents:
         if isinstance(events, TraceEvents):
             return events
         events = events if isinstance(events, list) else list(events)
@@ -85,10 +87,10 @@ class TraceEvents:
                    aborted=cls._of_kind(events, kinds, "aborted"))
 
     @staticmethod
-    def _of_kind(events: list[Mapping[str, Any]], kinds: list[Any], kind: str) -> list[Mapping[str, Any]]:
+    def _of_kind(events: list[TraceEvent], kinds: list[Any], kind: str) -> list[TraceEvent]:
         return [e for e, k in zip(events, kinds, strict=True) if k == kind]
 
-    def of_kind(self, kind: str) -> list[Mapping[str, Any]]:
+    def of_kind(self, kind: str) -> list[TraceEvent]:
         return self._of_kind(self.events, self.kinds, kind) if kind in self.kinds else []
 
     @cached_property
@@ -126,7 +128,7 @@ def _total(tokens: np.ndarray, where: np.ndarray | list[bool]) -> int:
     return int(tokens[np.asarray(where, dtype=bool)].sum())
 
 
-def prompt_work(events: Iterable[Mapping[str, Any]] | TraceEvents, *,
+def prompt_work(events: Iterable[TraceEvent] | TraceEvents, *,
                 last_window: tuple[float, float] | None = None) -> PromptWork:
     """Attribute every computed prompt token of a trace. `last_window` = (start_s, end_s): the
     steps that began in it also give the missed share of that window (the hold's last 240 s).

@@ -3,8 +3,6 @@ attribution of prompt work and step time from the engine trace."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from retrybench.analysis import clean as _clean
 from retrybench.analysis.prompt_work import TraceEvents, prompt_work
 from retrybench.analysis.retry_timing import counter_check, retry_timing
@@ -12,6 +10,7 @@ from retrybench.analysis.step_time import prompt_step_time_shares
 from retrybench.gcpause import cyclic_gc_paused
 from retrybench.records.results import PromptWork, RetryTiming
 from retrybench.records.runlog import RunLog
+from retrybench.records.tracefile import TraceEvent
 
 __all__ = ["timing_and_counters", "trace_summary"]
 
@@ -31,7 +30,7 @@ def timing_and_counters(log: RunLog) -> RetryTiming:
     )
 
 
-def trace_summary(events: list[dict[str, Any]], log: RunLog) -> PromptWork:
+def trace_summary(events: list[TraceEvent], log: RunLog) -> PromptWork:
     """Section 5.1's attribution of computed prompt tokens and of step time, from the engine trace."""
     hold_end = float(log.meta["hold_end_s"])
     with cyclic_gc_paused():  # the columns built from a large trace hold many small objects

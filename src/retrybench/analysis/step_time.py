@@ -17,7 +17,7 @@ Approximations, from what the trace has:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from retrybench.analysis.prompt_work import TraceEvents
+from retrybench.records.tracefile import TraceEvent
 
 __all__ = ["RULES", "StepCostFit", "StepTimeShares", "fit_step_costs", "prompt_step_time_shares", "step_time_shares"]
 
@@ -319,7 +320,7 @@ def _fit_steps(steps: _Steps) -> StepCostFit:
                 + steps.n_decode)
 
 
-def fit_step_costs(events: Iterable[Mapping[str, Any]] | TraceEvents) -> StepCostFit:
+def fit_step_costs(events: Iterable[TraceEvent] | TraceEvents) -> StepCostFit:
     """Least squares over all steps; a negative coefficient is dropped (set to 0) and the rest refitted."""
     return _fit_steps(_scan(TraceEvents.read(events), set()))
 
@@ -331,7 +332,7 @@ def _in_order_sum(rows: np.ndarray) -> list[float]:
     return [float(v) for v in np.cumsum(rows, axis=0)[-1]]
 
 
-def _charged_time(events: Iterable[Mapping[str, Any]] | TraceEvents, fit: StepCostFit | None, start_s: float | None,
+def _charged_time(events: Iterable[TraceEvent] | TraceEvents, fit: StepCostFit | None, start_s: float | None,
                   end_s: float | None, decodes: bool) -> tuple[float, list[float], list[float]]:
     """Total step time in the window, and per rule the time charged to aborted entries (all of them, or
     none when not `decodes`) and to aborted prompt chunks."""
@@ -360,7 +361,7 @@ def _pct(values: list[float], total: float) -> dict[str, float]:
 
 
 def step_time_shares(
-    events: Iterable[Mapping[str, Any]] | TraceEvents,
+    events: Iterable[TraceEvent] | TraceEvents,
     fit: StepCostFit | None = None,
     *,
     start_s: float | None = None,
@@ -373,7 +374,7 @@ def step_time_shares(
 
 
 def prompt_step_time_shares(
-    events: Iterable[Mapping[str, Any]] | TraceEvents,
+    events: Iterable[TraceEvent] | TraceEvents,
     fit: StepCostFit | None = None,
     *,
     start_s: float | None = None,

@@ -9,14 +9,14 @@ verdict cannot drift apart. Pure: the caller supplies the runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from retrybench.records.results import RunSummary
 
-__all__ = ["Case", "Check", "Claim", "Fetch", "MissingFigure", "Outcome", "Pairs", "Part", "Row", "Subject", "Variant",
-           "all_subjects", "number"]
+__all__ = ["Case", "Check", "Claim", "Fetch", "Figure", "MissingFigure", "Outcome", "Pairs", "Part", "Row", "Subject",
+           "Variant", "all_subjects", "number"]
 
 
 class Fetch(Protocol):
@@ -76,6 +76,11 @@ class Variant:
     steps: int | None = None
 
 
+# A figure a check measured or the paper gives: a number, an outcome, words ("more than half") or None
+# where there is none; a [low, high] range or a list of numbers; numbers or outcomes by name.
+Figure = bool | float | str | None | Sequence[float | None] | Mapping[str, bool | float | None]
+
+
 @dataclass(frozen=True)
 class Part:
     """One stated part of a claim and whether it held."""
@@ -89,8 +94,8 @@ class Outcome:
     """A claim checked on one subject: its parts, and the measured figures beside the paper's."""
 
     parts: tuple[Part, ...]
-    measured: Mapping[str, Any]
-    paper: Mapping[str, Any]
+    measured: Mapping[str, Figure]
+    paper: Mapping[str, Figure]
 
     @property
     def held(self) -> bool:
@@ -112,14 +117,14 @@ class Check:
         self.thresholds = claim.thresholds
         self._fetch = fetch
         self._parts: list[Part] = []
-        self._measured: dict[str, Any] = {}
-        self._paper: dict[str, Any] = {}
+        self._measured: dict[str, Figure] = {}
+        self._paper: dict[str, Figure] = {}
 
     def run(self, condition: str, **overrides: Any) -> RunSummary:
         """The subject's run under `condition` (and overrides such as pulse_x or max_batched_tokens)."""
         return self._fetch(self.subject.model, condition, self.subject.seed, **overrides)
 
-    def figure(self, name: str, measured: Any, paper: Any = None) -> None:
+    def figure(self, name: str, measured: Figure, paper: Figure = None) -> None:
         """A figure the check measured, beside the paper's (None where the paper gives none)."""
         self._measured[name] = measured
         if paper is not None:

@@ -54,8 +54,7 @@ def _policy(table: Any, where: str) -> ClientPolicy:
         if not isinstance(retry_on, list) or not all(isinstance(o, str) and "," not in o for o in retry_on):
             raise ConfigError(f"{where} [client]: field 'retry_on' must be an array of outcomes, got {retry_on!r}")
         table["retry_on"] = ",".join(retry_on)
-    policy: ClientPolicy = _build(ClientPolicy, table, f"{where} [client]")
-    return policy
+    return _build(ClientPolicy, table, f"{where} [client]")
 
 
 def profile_from_toml(text: str, name: str, where: str = "<client profile>") -> ClientProfile:

@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "CONDITIONS",
@@ -306,7 +306,8 @@ class Condition:
         )
 
 
-_SECTIONS: dict[str, type[Any]] = {"client": ClientPolicy, "proxy": ProxyPolicy}
+_SECTIONS = ("client", "proxy")
+_Policy = TypeVar("_Policy", ClientPolicy, ProxyPolicy)
 
 
 def _type_ok(value: Any, annotation: str) -> bool:
@@ -325,7 +326,8 @@ def _type_ok(value: Any, annotation: str) -> bool:
     return False
 
 
-def _build(cls: type[Any], table: dict[str, Any], where: str) -> Any:
+def _build(cls: type[_Policy], table: dict[str, Any], where: str) -> _Policy:
+    """A policy from a TOML table (as tomllib gives it), each field checked against the annotation."""
     allowed = {f.name: f for f in fields(cls)}
     for key, value in table.items():
         _check(key in allowed, f"{where}: unknown field {key!r}; allowed: {', '.join(sorted(allowed))}")
@@ -348,17 +350,17 @@ def condition_from_toml(text: str, name: str, where: str = "<policy>") -> Condit
     top_allowed = {"description", "engine_cap", *_SECTIONS}
     for key in data:
         _check(key in top_allowed, f"{where}: unknown key {key!r}; allowed: {', '.join(sorted(top_allowed))}")
-    parts: dict[str, Any] = {}
-    for section, cls in _SECTIONS.items():
-        table = data.get(section, {})
-        _check(isinstance(table, dict), f"{where}: [{section}] must be a table")
-        parts[section] = _build(cls, table, f"{where} [{section}]")
+    _check(isinstance(data.get("client", {}), dict), f"{where}: [client] must be a table")
+    client = _build(ClientPolicy, data.get("client", {}), f"{where} [client]")
+    _check(isinstance(data.get("proxy", {}), dict), f"{where}: [proxy] must be a table")
+    proxy = _build(ProxyPolicy, data.get("proxy", {}), f"{where} [proxy]")
     try:
         return Condition(
             name=name,
             description=str(data.get("description", "")),
             engine_cap=data.get("engine_cap"),
-            **parts,
+            client=client,
+            proxy=proxy,
         )
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from error

@@ -18,7 +18,7 @@ from typing import Any
 
 from retrybench.engine.profiles import EngineProfile
 from retrybench.engine.scheduler import ABORTED, FINISHED, WAITING, Batch, Request, Scheduler
-from retrybench.records.tracefile import ExecutionEvent
+from retrybench.records.tracefile import ExecutionEvent, TraceEvent
 
 __all__ = ["EngineCore", "EngineEvent", "ExecutionStats"]
 
@@ -54,7 +54,7 @@ class ExecutionStats:
 class EngineCore:
     profile: EngineProfile
     prefix_tokens: int = 2000
-    trace: list[dict[str, Any]] | None = None  # when a list, scheduler trace events are appended
+    trace: list[TraceEvent] | None = None  # when a list, scheduler trace events are appended
     scheduler: Scheduler = field(init=False)
     stats: dict[int, ExecutionStats] = field(init=False, default_factory=dict)
     _requests: dict[int, Request] = field(init=False, default_factory=dict)

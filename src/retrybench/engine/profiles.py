@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from itertools import accumulate
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 from retrybench.conditions.config import EngineConfig
 from retrybench.engine.layer_table import LayerTable, layer_table
@@ -161,10 +161,26 @@ class StepCosts:
     memory_eff: float  # of KV reads
 
 
+class _FittedGpu(TypedDict):
+    """One GPU's table in fitted.toml: StepCosts' constants, per model its linear_scale, and the layer
+    table measured on it where there is one."""
+
+    fixed_s: float
+    per_seq_s: float
+    attention_eff: float
+    memory_eff: float
+    linear_scale: dict[str, float]
+    layer_profile: NotRequired[str]
+
+
+class _Fitted(TypedDict):
+    gpu: dict[str, _FittedGpu]
+
+
 @cache
-def _fitted() -> dict[str, Any]:
+def _fitted() -> _Fitted:
     text = (resources.files("retrybench") / "engine" / "fitted.toml").read_text()
-    return tomllib.loads(text)
+    return cast(_Fitted, tomllib.loads(text))  # the shape scripts/fit_profiles.py writes
 
 
 def fitted_profiles() -> list[tuple[str, str]]:
@@ -345,7 +361,8 @@ def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = Non
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
     spec = GPUS[gpu]
-    measured = _fitted()["gpu"].get(gpu, {}).get("layer_profile")
+    table = _fitted()["gpu"].get(gpu)
+    measured = table.get("layer_profile") if table is not None else None
     if measured is not None:  # a table measured on this GPU (scripts/fit_profiles.py --layer-profile)
         spec = replace(spec, layer_profile=str(measured))
     return EngineProfile(gpu_key=gpu, model_key=model, gpu=spec, model=MODELS[model],

@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -27,7 +26,7 @@ from prometheus_client.registry import Collector
 from retrybench.conditions.config import EngineConfig
 from retrybench.engine.core import EngineCore
 from retrybench.engine.profiles import profile_for
-from retrybench.records.tracefile import write_trace
+from retrybench.records.tracefile import TraceEvent, write_trace
 from retrybench.serving.app import new_app, serve_until_signalled, start_app
 from retrybench.serving.clock import ScaledClock
 from retrybench.serving.openai_api import (
@@ -167,7 +166,7 @@ class EngineServer:
                               max_num_queued_reqs=settings.max_num_queued_reqs)
         self.profile = profile_for(settings.model, settings.gpu, engine=engine)
         self.model_name = self.profile.model.name
-        self._trace: list[dict[str, Any]] | None = [] if settings.trace_path is not None else None
+        self._trace: list[TraceEvent] | None = [] if settings.trace_path is not None else None
         self.core = EngineCore(self.profile, prefix_tokens=settings.prefix_tokens, trace=self._trace)
         self.successes = 0  # vllm:request_success_total: aborted requests never count
         self.aborts = 0  # requests the front end aborted (client gone, or the server stopping)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from retrybench.loadgen.loadgen import LoadMeta
 from retrybench.records import runlog
-from retrybench.records.runlog import ExecutionRecord, QueueSamples, RunLog
+from retrybench.records.decisionlog import DecisionEvent, DecisionLogHeader
+from retrybench.records.runlog import ExecutionRecord, QueueSamples, RunLog, RunMeta
 from retrybench.serving.openai_api import call_digest
 
 __all__ = ["Scrape", "assemble_run_log", "merge_proxy_logs", "resample"]
@@ -68,7 +70,6 @@ class _Execution:
     refused_s: float | None = None
     abort_requested_s: float | None = None
     fate: runlog.Fate = runlog.FATE_QUEUED
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def record(self) -> ExecutionRecord:
         accepted = self.dispatched_s if self.refused_s is None else None
@@ -82,7 +83,7 @@ class _Execution:
             abort_requested_s=self.abort_requested_s, aborted_s=None, fate=fate, prompt_tokens=self.prompt_tokens)
 
 
-def _executions(events: Sequence[dict[str, Any]], offset_s: float, call_index: dict[str, int]
+def _executions(events: Sequence[DecisionEvent], offset_s: float, call_index: dict[str, int]
                 ) -> list[ExecutionRecord]:
     executions: dict[int, _Execution] = {}
 
@@ -122,12 +123,12 @@ def _executions(events: Sequence[dict[str, Any]], offset_s: float, call_index: d
         elif kind == "end":
             ended = executions.get(event["execution"])
             if ended is not None:
-                ended.fate = _FATES.get(event["fate"], event["fate"])
+                ended.fate = _FATES.get(event["fate"]) or event["fate"]  # an unknown fate as logged
     return [e.record() for e in sorted(executions.values(), key=lambda e: e.execution_id)]
 
 
-def merge_proxy_logs(logs: Sequence[tuple[dict[str, Any], Sequence[dict[str, Any]]]]
-                     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def merge_proxy_logs(logs: Sequence[tuple[DecisionLogHeader, Sequence[DecisionEvent]]]
+                     ) -> tuple[DecisionLogHeader, list[DecisionEvent]]:
     """Several proxy instances' decision logs as one: (the first's header, every event on its clock).
 
     Each instance numbers its executions from 0, so instance i's execution e becomes e * M + i (M
@@ -139,7 +140,7 @@ def merge_proxy_logs(logs: Sequence[tuple[dict[str, Any], Sequence[dict[str, Any
     if len(logs) == 1:
         return first, list(logs[0][1])
     m = len(logs)
-    merged: list[dict[str, Any]] = []
+    merged: list[DecisionEvent] = []
     for instance, (header, events) in enumerate(logs):
         shift = (float(header["t0_unix"]) - float(first["t0_unix"])) / float(header["time_scale"])
         for event in events:
@@ -153,9 +154,9 @@ def merge_proxy_logs(logs: Sequence[tuple[dict[str, Any], Sequence[dict[str, Any
     return {**first, "instances": m}, merged
 
 
-def assemble_run_log(*, load_meta: dict[str, Any], calls: list[runlog.CallRecord],
-                     attempts: list[runlog.AttemptRecord], call_ids: Sequence[str], proxy_header: dict[str, Any],
-                     proxy_events: Sequence[dict[str, Any]], scrapes: Sequence[Scrape], meta: dict[str, Any],
+def assemble_run_log(*, load_meta: LoadMeta, calls: list[runlog.CallRecord],
+                     attempts: list[runlog.AttemptRecord], call_ids: Sequence[str], proxy_header: DecisionLogHeader,
+                     proxy_events: Sequence[DecisionEvent], scrapes: Sequence[Scrape], meta: RunMeta,
                      end_s: float) -> RunLog:
     """The run log of a live run: calls and attempts from the load generator, executions from the
     proxy's decision log, queue samples from the scrapes."""

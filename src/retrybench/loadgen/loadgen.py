@@ -18,10 +18,11 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired
 
 import aiohttp
 import numpy as np
+from typing_extensions import TypedDict  # not typing's: realvllm/record.py holds SendLateness
 
 from retrybench.conditions.config import ClientPolicy
 from retrybench.records.atomicfile import write_atomic
@@ -41,7 +42,7 @@ from retrybench.serving.clock import ScaledClock
 from retrybench.traffic.client import CallDelivered, CallFailed, RetryingClient, SendAttempt
 from retrybench.traffic.workload import Trace
 
-__all__ = ["LoadResult", "LoadgenSettings", "run_load", "run_loadgen"]
+__all__ = ["LoadMeta", "LoadResult", "LoadgenSettings", "SendLateness", "run_load", "run_loadgen"]
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +71,33 @@ class LoadgenSettings:
             raise ValueError(f"max_calls must be >= 0 or None, got {self.max_calls}")
 
 
+class SendLateness(TypedDict):
+    """How late attempts were sent after their planned time, in wall milliseconds."""
+
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    n: int  # attempts sent
+
+
+class LoadMeta(TypedDict, total=False):
+    """What a load says of its run. The built-in client's has every key but `driver`; the openai SDK
+    driver's has driver, target, time_scale, client and interrupted."""
+
+    driver: str  # "openai-sdk"
+    t0_unix: float  # unix time of trace second 0
+    time_scale: float  # wall seconds per trace second
+    target: str
+    seed: int
+    client: dict[str, Any]  # the client policy's fields (dataclasses.asdict); the SDK driver's: the two it is given
+    send_lateness: SendLateness
+    wall_s: float
+    interrupted: bool
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoadResult:
-    meta: dict[str, Any]  # t0_unix, time_scale, target, seed, client, send_lateness, wall_s, interrupted
+    meta: LoadMeta
     calls: list[CallRecord]
     attempts: list[AttemptRecord]
 
@@ -152,6 +177,18 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+class _StreamOptions(TypedDict):
+    include_usage: bool
+
+
+class _BodyTail(TypedDict):
+    """The request body's fields after the prompt, the same in every request."""
+
+    ignore_eos: bool
+    stream: bool
+    stream_options: NotRequired[_StreamOptions]
+
+
 class _Load:
     """One run's state; kept outside the coroutine so an interrupted run can still be written out."""
 
@@ -166,7 +203,7 @@ class _Load:
         self.auth = f"Bearer {settings.api_key}"
         self.n_prefix = trace.spec.shared_prefix_tokens
         self.prefix_json = json.dumps(trace.shared_prefix_ids(), separators=(",", ":")).encode()[1:-1]
-        tail: dict[str, Any] = {"ignore_eos": True, "stream": settings.stream}
+        tail: _BodyTail = {"ignore_eos": True, "stream": settings.stream}
         if settings.stream:
             tail["stream_options"] = {"include_usage": True}
         self.body_tail = json.dumps(tail, separators=(",", ":")).encode()[1:]  # '"ignore_eos":...}'
@@ -418,7 +455,7 @@ class _Load:
             p50, p99, worst = (float(v) for v in np.percentile(lateness, [50, 99, 100]))
         else:
             p50 = p99 = worst = 0.0
-        meta: dict[str, Any] = {
+        meta: LoadMeta = {
             "t0_unix": self.t0_unix, "time_scale": self.settings.time_scale, "target": self.settings.target,
             "seed": self.settings.seed, "client": asdict(self.settings.client),
             "send_lateness": {"p50_ms": p50, "p99_ms": p99, "max_ms": worst, "n": int(lateness.size)},

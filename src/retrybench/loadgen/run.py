@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 
@@ -35,7 +35,7 @@ from retrybench.loadgen.assemble import Scrape, assemble_run_log, merge_proxy_lo
 from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, run_load
 from retrybench.plan.spec import RunSpec, engine_config_for
 from retrybench.proxy.eventlog import PROXY_LOG, read_event_log
-from retrybench.records.runlog import RunLog
+from retrybench.records.runlog import RunLog, RunMeta
 from retrybench.serving.aio import metric_sums, run_event_loop
 from retrybench.serving.launch import ServerProcess, free_port
 from retrybench.traffic.workload import Trace, generate_trace
@@ -144,7 +144,7 @@ def run_live(spec: RunSpec, *, time_scale: float, workdir: Path, chat: float, st
     header, events = read_event_log(proxy_log)
     ends = [c.delivered_s or c.failed_s or 0.0 for c in load.calls]
     end_s = max([trace.end_s, *ends])
-    meta: dict[str, Any] = {
+    meta: RunMeta = {
         **asdict(spec), "chat": chat, "pulse_start_s": workload.pulse_start_s, "pulse_end_s": workload.pulse_end_s,
         "hold_end_s": workload.hold_end_s, "attempt_timeout_s": condition.client.attempt_timeout_s,
         "delivery_horizon_s": 840.0, "engine_cap": cap,
@@ -173,7 +173,7 @@ def drive(trace: Trace, *, target: str, client: ClientPolicy, seed: int, time_sc
 
 
 def deployment_run_log(trace: Trace, load: LoadResult, scrapes: Sequence[Scrape], proxy_logs: Sequence[Path],
-                       meta: dict[str, Any]) -> RunLog:
+                       meta: RunMeta) -> RunLog:
     """The run log of a load `drive` sent through several proxy instances, from their decision logs
     (read once the instances have stopped and flushed them); `meta` adds to the trace's phase times."""
     header, events = merge_proxy_logs([read_event_log(path) for path in proxy_logs])

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from retrybench.conditions.config import ClientPolicy
-from retrybench.loadgen.loadgen import AttemptInFlight, LoadResult, note_proxy_headers, retry_after_s
+from retrybench.loadgen.loadgen import AttemptInFlight, LoadMeta, LoadResult, note_proxy_headers, retry_after_s
 from retrybench.records.atomicfile import write_atomic
 from retrybench.records.runlog import (
     COMPLETED,
@@ -142,7 +142,7 @@ class _SdkLoad:
                             delivered_s=self.delivered.get(i), failed_s=self.failed.get(i),
                             failed_reason="attempts_exhausted" if i in self.failed else None)
                  for i, c in enumerate(self.calls)]
-        meta = {"driver": "openai-sdk", "target": self.settings.target, "time_scale": 1.0,
+        meta: LoadMeta = {"driver": "openai-sdk", "target": self.settings.target, "time_scale": 1.0,
                 "client": {"attempt_timeout_s": policy.attempt_timeout_s, "max_retries": policy.max_retries},
                 "interrupted": False}
         return LoadResult(meta=meta, calls=calls, attempts=attempts)

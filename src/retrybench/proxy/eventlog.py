@@ -3,6 +3,7 @@
 It holds every input the proxy core saw (attempts, subscribers leaving, engine events, timers)
 with its time, and every decision and action it took, so that a live run can be replayed through
 the simulator's `ProxyCore` (analysis/conformance.py) and joined with the load generator's log.
+Its schema (the header and each kind of event) is records/decisionlog.py's.
 Lines are buffered and flushed at least every `flush_s`, so a crash loses at most that much.
 """
 
@@ -11,30 +12,31 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
+
+from retrybench.records.decisionlog import SCHEMA, DecisionEvent, DecisionLogHeader
 
 __all__ = ["PROXY_LOG", "SCHEMA", "EventLog", "read_event_log"]
 
 PROXY_LOG = "proxy-decisions.jsonl"  # the decision log's name in a live run's workdir
 
-SCHEMA = "retrybench-proxy-log/1"
-
 
 class EventLog:
     """Appends events to a JSONL file (when `path` is given) and keeps them in memory if `keep`."""
 
-    def __init__(self, path: Path | None, header: dict[str, Any], flush_s: float = 0.25, keep: bool = False) -> None:
+    def __init__(self, path: Path | None, header: DecisionLogHeader, flush_s: float = 0.25, keep: bool = False) -> None:
         self.path = path
         self.flush_s = flush_s
         self.keep = keep
-        self.events: list[dict[str, Any]] = []  # only when keep
+        self.events: list[DecisionEvent] = []  # only when keep
         self._pending: list[str] = []
         self._last_flush = time.monotonic()
         self._file: IO[str] | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = path.open("w", encoding="utf-8")
-            self._file.write(json.dumps({"schema": SCHEMA, **header}) + "\n")
+            first: DecisionLogHeader = {"schema": SCHEMA, **header}
+            self._file.write(json.dumps(first) + "\n")
             self._file.flush()
 
     @property
@@ -42,7 +44,7 @@ class EventLog:
         """Whether events go anywhere (callers skip building them when not)."""
         return self.keep or self._file is not None
 
-    def write(self, event: dict[str, Any]) -> None:
+    def write(self, event: DecisionEvent) -> None:
         if self.keep:
             self.events.append(event)
         if self._file is None:
@@ -66,12 +68,12 @@ class EventLog:
             self._file = None
 
 
-def read_event_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_event_log(path: Path) -> tuple[DecisionLogHeader, list[DecisionEvent]]:
     """(header, events); a torn last line (a crash mid-write) is skipped."""
     lines = path.read_text(encoding="utf-8").splitlines()
     if not lines:
         raise ValueError(f"{path}: empty proxy log")
-    header = json.loads(lines[0])
+    header: DecisionLogHeader = json.loads(lines[0])
     if header.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not a {SCHEMA} file (schema {header.get('schema')!r})")
     events = []

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from retrybench.analysis.conformance import actions_of
 from retrybench.control.proxy import Action, Cancel, Dispatch, Drop, ProxyCore, Release, Retain, SetTimer
@@ -25,6 +24,7 @@ from retrybench.proxy.proxy_metrics import ProxyMetrics
 from retrybench.proxy.proxy_settings import ProxySettings
 from retrybench.proxy.relay import Relay
 from retrybench.proxy.upstream import TimedOut, UpstreamPool
+from retrybench.records.decisionlog import DecisionEvent
 from retrybench.serving.clock import ScaledClock
 
 __all__ = ["SHUTDOWN", "ExecutionControl"]
@@ -55,7 +55,7 @@ class ExecutionControl:
         """Policy seconds since the proxy started (wall seconds / time_scale)."""
         return self.clock.now()
 
-    def _log(self, event: dict[str, Any]) -> None:
+    def _log(self, event: DecisionEvent) -> None:
         event.setdefault("t", self.now())
         self.log.write(event)
 

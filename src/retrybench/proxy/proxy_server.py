@@ -45,6 +45,7 @@ from retrybench.proxy.eventlog import EventLog
 from retrybench.proxy.proxy_metrics import ProxyMetrics
 from retrybench.proxy.proxy_settings import ProxySettings
 from retrybench.proxy.upstream import UpstreamPool
+from retrybench.records.decisionlog import DecisionLogHeader
 from retrybench.serving.aio import metric_sums
 from retrybench.serving.app import new_app, serve_until_signalled, start_app
 from retrybench.serving.clock import ScaledClock
@@ -85,10 +86,10 @@ class ProxyServer(AttemptHandling):
         self._scraper: asyncio.Task[None] | None = None
         self._stopping = False
         self._awaited_at_stop = set()
-        header = {"t0_unix": time.time(), "time_scale": settings.time_scale, "upstream": settings.upstream,
-                  "policy": asdict(settings.policy)}
+        header: DecisionLogHeader = {"t0_unix": time.time(), "time_scale": settings.time_scale,
+                                     "upstream": settings.upstream, "policy": asdict(settings.policy)}
         if several:
-            header.update(upstreams=list(self.upstreams), route=settings.route)
+            header["upstreams"], header["route"] = list(self.upstreams), settings.route
         self.log = EventLog(settings.log_path, header, keep=settings.keep_log)
 
     # -- lifecycle ---------------------------------------------------------------------------

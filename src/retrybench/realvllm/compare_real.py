@@ -22,8 +22,9 @@ Every live stage records the prefix cache's queries and hits (vLLM's counters) b
 `runtime` "container" runs vLLM in the CPU image and each run's proxy in the proxy image
 (scripts/build_image.py), on one Docker network, pinned as the processes are.
 
-Everything lands in one JSON file (`real-engine.json`), which `retrybench reproduce` shows as the
-report's "Real engine" section. Clocks run `time_scale` wall seconds per trace second.
+Everything lands in one JSON file (`real-engine.json`, typed in realvllm/record.py), which
+`retrybench reproduce` shows as the report's "Real engine" section. Clocks run `time_scale` wall seconds
+per trace second.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +45,7 @@ from retrybench.calibration.stages import (
     CALIBRATION_CLIENT,
     SATURATION_PER_S,
     STAGE_S,
+    StageResult,
     calibration_from_log,
     stage_rate,
 )
@@ -53,7 +55,9 @@ from retrybench.plan.spec import RunSpec
 from retrybench.realvllm.comparison import (
     Band,
     PrefixCache,
+    SaturatedJson,
     SaturatedThroughput,
+    StagePoint,
     band_of,
     capacity_check,
     compare_condition,
@@ -62,10 +66,21 @@ from retrybench.realvllm.comparison import (
     stage_point,
 )
 from retrybench.realvllm.pinning import HarnessMeter, PinningPlan, pin_harness, pinning_plan
-from retrybench.realvllm.simband import simulate_calls_at, simulate_spec_at, speed_for_capacity
+from retrybench.realvllm.record import (
+    Calibration,
+    CalibrationStage,
+    ComparedMetrics,
+    ConditionRow,
+    CurvePoint,
+    RealEngineRecord,
+    SettingsJson,
+    SpeedFitJson,
+)
+from retrybench.realvllm.simband import SpeedFit, simulate_calls_at, simulate_spec_at, speed_for_capacity
 from retrybench.realvllm.tinymodel import make_tiny_model
 from retrybench.realvllm.vllm import VllmArgs, cpu_env, for_cpu, vllm_process
 from retrybench.records.atomicfile import write_atomic
+from retrybench.records.results import Metrics
 from retrybench.records.runlog import RunLog
 from retrybench.serving.aio import metric_sums
 from retrybench.serving.launch import free_port
@@ -83,9 +98,6 @@ PROBE_LOAD = 1.5
 CURVE_SEED = 1000  # curve point i replays seed CURVE_SEED + i
 PROBE_SEED = 2000  # the speed probe after condition j replays seed PROBE_SEED + j
 ENGINE_ALIAS = "vllm"  # the vLLM container's name on the Docker network
-COMPARED = ("recovered", "recovery_s", "hold_delivered_pct", "pulse_delivered_pct", "created_x", "completed_x",
-            "retry_share_pct", "mean_waiting", "attempts", "retries_attached", "executions_cancelled",
-            "executions_created")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +126,7 @@ class CompareSettings:
 
 
 def compare_real_engine(settings: CompareSettings, *, engine_url: str | None = None,
-                        executable: str | None = None) -> dict[str, Any]:
+                        executable: str | None = None) -> RealEngineRecord:
     """Run the whole comparison and write `settings.out / RESULT_FILE`; return what it wrote. Starts
     vLLM serving a tiny model, as a process (`executable`, default vllm_locate's) or a container
     (`settings.runtime`), unless `engine_url` is given (then nothing is pinned: the engine was
@@ -127,8 +139,8 @@ def compare_real_engine(settings: CompareSettings, *, engine_url: str | None = N
         engine_cpus=None, harness_cpus=None,
         note="not pinned: " + ("the engine was started elsewhere" if engine_url else "pinning turned off"))
     settings.log(f"pinning: {plan.note}")
-    record: dict[str, Any] = {"format": FORMAT, "settings": _settings_json(settings), "pinning": plan.to_json(),
-                              "started_unix": time.time()}
+    record: RealEngineRecord = {"format": FORMAT, "settings": _settings_json(settings), "pinning": plan.to_json(),
+                                "started_unix": time.time()}
     try:
         pin_harness(plan)
         if engine_url is not None:
@@ -147,7 +159,7 @@ def compare_real_engine(settings: CompareSettings, *, engine_url: str | None = N
     if "band" in record and (record["band"]["refusal"] is None or settings.run_when_refused):
         _simulated_part(settings, record)
     record["wall_s"] = time.monotonic() - started
-    record = _finite(record)
+    record = _finite(record)  # the same record with lists for tuples and None for NaN
     write_atomic(out / RESULT_FILE, json.dumps(record, indent=1, allow_nan=False))
     return record
 
@@ -201,17 +213,20 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _settings_json(settings: CompareSettings) -> dict[str, Any]:
-    data = asdict(settings)
-    data.pop("log")
-    data["out"] = str(settings.out)
-    return data
+def _settings_json(s: CompareSettings) -> SettingsJson:
+    return {"out": str(s.out), "model": s.model, "gpu": s.gpu, "time_scale": s.time_scale,
+            "token_scale": s.token_scale, "seed": s.seed, "calibrations": s.calibrations,
+            "first_stage": s.first_stage, "max_stages": s.max_stages, "stage_s": s.stage_s,
+            "curve_loads": list(s.curve_loads), "curve_stage_s": s.curve_stage_s, "probe_s": s.probe_s,
+            "conditions": list(s.conditions), "pin": s.pin, "run_when_refused": s.run_when_refused,
+            "engine_start_timeout_s": s.engine_start_timeout_s, "runtime": s.runtime,
+            "vllm_image": s.vllm_image, "proxy_image": s.proxy_image}
 
 
 # -- live -----------------------------------------------------------------------------------------
 
 
-def _live_part(settings: CompareSettings, url: str, proxy: ProxyLauncher, record: dict[str, Any]) -> None:
+def _live_part(settings: CompareSettings, url: str, proxy: ProxyLauncher, record: RealEngineRecord) -> None:
     """Calibrations, then (unless refused) the capacity curve and the conditions, live."""
     calibrations = _calibrate(settings, url, proxy)
     record["calibrations"] = calibrations
@@ -230,7 +245,7 @@ def _live_part(settings: CompareSettings, url: str, proxy: ProxyLauncher, record
                                 for i, load in enumerate(settings.curve_loads)]
     probe = (record["capacity_curve"][-1]["live_saturated"]
              if settings.curve_loads and settings.curve_loads[-1] == PROBE_LOAD else None)
-    conditions = []
+    conditions: list[ConditionRow] = []
     for j, condition in enumerate(settings.conditions):
         row = _condition_live(settings, url, proxy, band, condition, probe, PROBE_SEED + j)
         probe = row["probe_after"]
@@ -279,14 +294,14 @@ def _sim_prefix_cache(log: RunLog) -> PrefixCache:
                        hits=int(log.counters.get("prefix_cache_hits_total", 0)))
 
 
-def _calibrate(settings: CompareSettings, url: str, proxy: ProxyLauncher) -> list[dict[str, Any]]:
+def _calibrate(settings: CompareSettings, url: str, proxy: ProxyLauncher) -> list[Calibration]:
     """`settings.calibrations` calibrations, each a climb of 300-s stages (x1.5) stopped at the first
     whose engine queue grows by SATURATION_PER_S; a later one starts two stages below where the
     previous one saturated. C-hat = that stage's rate - the queue's growth (Section 3.2)."""
-    results: list[dict[str, Any]] = []
+    results: list[Calibration] = []
     first = settings.first_stage
     for n in range(settings.calibrations):
-        stages: list[dict[str, Any]] = []
+        stages: list[CalibrationStage] = []
         chat = None
         for k in range(first, first + settings.max_stages):
             rate = stage_rate(k)
@@ -295,9 +310,7 @@ def _calibrate(settings: CompareSettings, url: str, proxy: ProxyLauncher) -> lis
             stage = calibration_from_log(live.run.log, [(rate, 0.0, settings.stage_s)],
                                          threshold_per_s=-float("inf")).saturated
             point = stage_point(live.run.log, load_x=0.0, rate=rate, stage_s=settings.stage_s)
-            stages.append({**asdict(stage), "index": k, "seed": 100 * n + k, "harness_cpu_pct": live.cpu_pct,
-                           "saturated": point.saturated.to_json(), "sustained": point.sustained.to_json(),
-                           "prefix_cache": live.prefix_cache.to_json()})
+            stages.append(_stage_json(stage, index=k, seed=100 * n + k, live=live, point=point))
             settings.log(f"calibration {n + 1}: {rate:.3f} calls/s, queue growth {stage.growth_per_s:.3f}/s, "
                          f"sustained {_fmt(point.sustained.per_s)}/s, prefix hits "
                          f"{_fmt(live.prefix_cache.hit_pct, 1)}%, harness CPU {live.cpu_pct:.0f}%")
@@ -312,8 +325,16 @@ def _calibrate(settings: CompareSettings, url: str, proxy: ProxyLauncher) -> lis
     return results
 
 
+def _stage_json(stage: StageResult, *, index: int, seed: int, live: _Stage, point: StagePoint) -> CalibrationStage:
+    return {"index": index, "rate_calls_per_s": stage.rate_calls_per_s, "start_s": stage.start_s, "end_s": stage.end_s,
+            "calls": stage.calls, "growth_per_s": stage.growth_per_s, "median_ttft_s": stage.median_ttft_s,
+            "median_e2e_s": stage.median_e2e_s, "seed": seed, "harness_cpu_pct": live.cpu_pct,
+            "saturated": point.saturated.to_json(), "sustained": point.sustained.to_json(),
+            "prefix_cache": live.prefix_cache.to_json()}
+
+
 def _curve_point_live(settings: CompareSettings, url: str, proxy: ProxyLauncher, band: Band, load: float,
-                      seed: int) -> dict[str, Any]:
+                      seed: int) -> CurvePoint:
     rate = load * band.mean
     live = _stage_live(settings, url, proxy, settings.out / "curve" / f"x{load:g}", rate, settings.curve_stage_s,
                        seed=seed, chat=band.mean)
@@ -327,7 +348,7 @@ def _curve_point_live(settings: CompareSettings, url: str, proxy: ProxyLauncher,
 
 
 def _condition_live(settings: CompareSettings, url: str, proxy: ProxyLauncher, band: Band, condition: str,
-                    probe_before: dict[str, Any] | None, probe_seed: int) -> dict[str, Any]:
+                    probe_before: SaturatedJson | None, probe_seed: int) -> ConditionRow:
     spec = RunSpec(model=settings.model, gpu=settings.gpu, condition=condition, seed=settings.seed,
                    token_scale=settings.token_scale)
     _wait_idle(url)
@@ -345,7 +366,7 @@ def _condition_live(settings: CompareSettings, url: str, proxy: ProxyLauncher, b
     settings.log(f"{condition}: live recovered={row['recovered']}, hold {row['hold_delivered_pct']}%, "
                  f"completed_x {row['completed_x']}; engine {during.per_s} completions/s saturated, probe "
                  f"{probe.per_s}; harness CPU {meter.pct:.0f}%")
-    return {"condition": condition, "paper_recovers": CONDITIONS.get(condition), "live": _picked(row),
+    return {"condition": condition, "paper_recovers": CONDITIONS.get(condition), "live": _compared(row),
             "live_prefix_cache": cache.to_json(), "probe_seed": probe_seed,
             "harness_cpu_pct": meter.pct, "probe_harness_cpu_pct": probe_stage.cpu_pct, "saturated": during.to_json(),
             "probe_before": probe_before, "probe_after": probe.to_json(),
@@ -353,8 +374,13 @@ def _condition_live(settings: CompareSettings, url: str, proxy: ProxyLauncher, b
             "send_lateness_ms": live.load.meta.get("send_lateness")}
 
 
-def _picked(row: Any) -> dict[str, Any]:
-    return {key: row.get(key) for key in COMPARED}
+def _compared(row: Metrics) -> ComparedMetrics:
+    return {"recovered": row["recovered"], "recovery_s": row["recovery_s"],
+            "hold_delivered_pct": row["hold_delivered_pct"], "pulse_delivered_pct": row["pulse_delivered_pct"],
+            "created_x": row["created_x"], "completed_x": row["completed_x"], "retry_share_pct": row["retry_share_pct"],
+            "mean_waiting": row["mean_waiting"], "attempts": row["attempts"],
+            "retries_attached": row["retries_attached"], "executions_cancelled": row["executions_cancelled"],
+            "executions_created": row["executions_created"]}
 
 
 def _wait_idle(url: str, timeout_s: float = 180.0) -> None:
@@ -374,13 +400,14 @@ def _wait_idle(url: str, timeout_s: float = 180.0) -> None:
 # -- simulated ------------------------------------------------------------------------------------
 
 
-def _simulated_part(settings: CompareSettings, record: dict[str, Any]) -> None:
+def _simulated_part(settings: CompareSettings, record: RealEngineRecord) -> None:
     """The simulator on the same inputs, its engine sped up or slowed down to calibrate at the band's
     lowest, mean and highest C-hat, and the verdicts."""
     band = band_of(record["band"]["chats"], at_least=settings.calibrations)
     fits = {name: speed_for_capacity(settings.model, settings.gpu, chat, token_scale=settings.token_scale)
             for name, chat in (("low", band.low), ("mean", band.mean), ("high", band.high))}
-    record["sim_speeds"] = {name: asdict(fit) for name, fit in fits.items()}
+    record["sim_speeds"] = {"low": _fit_json(fits["low"]), "mean": _fit_json(fits["mean"]),
+                            "high": _fit_json(fits["high"])}
     settings.log("simulated engine: " + ", ".join(f"{n} x{f.speed:.3f} (C-hat {f.chat:.3f} for {f.target:.3f})"
                                                   for n, f in fits.items()))
     for calibration in record.get("calibrations", []):
@@ -390,26 +417,26 @@ def _simulated_part(settings: CompareSettings, record: dict[str, Any]) -> None:
             point = stage_point(log, load_x=0.0, rate=stage["rate_calls_per_s"], stage_s=settings.stage_s)
             stage["sim_sustained"] = point.sustained.to_json()
             stage["sim_prefix_cache"] = _sim_prefix_cache(log).to_json()
-    for point in record.get("capacity_curve", []):
-        seed = point["seed"]
-        log = _simulate_stage(settings, point["rate_calls_per_s"], settings.curve_stage_s, seed, fits["mean"].speed,
-                              band.mean)
-        point["sim"] = stage_point(log, load_x=point["load_x"], rate=point["rate_calls_per_s"],
-                                   stage_s=settings.curve_stage_s).to_json()
-        point["sim_prefix_cache"] = _sim_prefix_cache(log).to_json()
+    for curve_point in record.get("capacity_curve", []):
+        seed = curve_point["seed"]
+        log = _simulate_stage(settings, curve_point["rate_calls_per_s"], settings.curve_stage_s, seed,
+                              fits["mean"].speed, band.mean)
+        curve_point["sim"] = stage_point(log, load_x=curve_point["load_x"], rate=curve_point["rate_calls_per_s"],
+                                         stage_s=settings.curve_stage_s).to_json()
+        curve_point["sim_prefix_cache"] = _sim_prefix_cache(log).to_json()
     for row in record.get("conditions", []):
         run_spec = RunSpec(model=settings.model, gpu=settings.gpu, condition=row["condition"], seed=settings.seed,
                            token_scale=settings.token_scale)
         logs = {name: simulate_spec_at(run_spec, chat=band.mean, speed=fits[end].speed)
                 for name, end in (("sim_low", "low"), ("sim_high", "high"))}
-        ends = {name: _picked(summarize(log)) for name, log in logs.items()}
-        row.update(ends)
-        row["sim_prefix_cache"] = {name: _sim_prefix_cache(log).to_json() for name, log in logs.items()}
+        row["sim_low"], row["sim_high"] = _compared(summarize(logs["sim_low"])), _compared(summarize(logs["sim_high"]))
+        row["sim_prefix_cache"] = {"sim_low": _sim_prefix_cache(logs["sim_low"]).to_json(),
+                                   "sim_high": _sim_prefix_cache(logs["sim_high"]).to_json()}
         measured = {"run": _throughput(row["saturated"])}
         if row["probe_before"] is not None:
             measured["probe before"] = _throughput(row["probe_before"])
         measured["probe after"] = _throughput(row["probe_after"])
-        verdict = compare_condition(row["condition"], row["live"], ends["sim_low"], ends["sim_high"], band=band,
+        verdict = compare_condition(row["condition"], row["live"], row["sim_low"], row["sim_high"], band=band,
                                     capacity=capacity_check(measured, record["service_per_s"]))
         row["verdict"] = verdict.to_json()
         settings.log(f"{row['condition']}: {verdict.status} ({verdict.reason})")
@@ -424,6 +451,10 @@ def _simulate_stage(settings: CompareSettings, rate: float, duration_s: float, s
                              meta={"chat": chat})
 
 
-def _throughput(data: dict[str, Any]) -> SaturatedThroughput:
+def _fit_json(fit: SpeedFit) -> SpeedFitJson:
+    return {"target": fit.target, "speed": fit.speed, "chat": fit.chat}
+
+
+def _throughput(data: SaturatedJson) -> SaturatedThroughput:
     return SaturatedThroughput(saturated_s=data["saturated_s"], completions=data["completions"],
                                cancelled=data["cancelled"], per_s=data["per_s"])

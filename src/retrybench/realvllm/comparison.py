@@ -10,25 +10,29 @@ doing as the model's. So a comparison
 - asserts a target only where the simulator gives the same outcome at both ends of the calibrated
   band (the lowest and the highest C-hat), since the live engine may have run anywhere inside it.
 
-No I/O and no clock: the live orchestration (realvllm/compare_real.py) and the tests feed these.
+No I/O and no clock: the live orchestration (realvllm/compare_real.py) and the tests feed these. Each
+value's `to_json` is its part of the comparison's record (realvllm/record.py), typed alongside it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import fmean, median
-from typing import Any, Literal
+from typing import Literal
+
+from typing_extensions import ReadOnly, TypedDict
 
 from retrybench.records.runlog import FATE_CANCELLED, FATE_COMPLETED, FATE_ORPHANED, RunLog
 
 __all__ = [
     "CAPACITY_TOLERANCE", "COMPLETION_REL", "HOLD_POINTS", "MIN_CALIBRATIONS", "MIN_SATURATED_S",
-    "SPREAD_LIMIT", "Band", "CapacityCheck", "ConditionVerdict", "MetricVerdict", "PrefixCache", "SaturatedThroughput",
-    "StagePoint", "SustainedRate", "band_of", "capacity_check", "compare_condition", "points_verdict",
-    "prefix_cache_delta", "recovery_verdict", "relative_verdict", "saturated_throughput", "stage_point",
-    "sustained_rate",
+    "SPREAD_LIMIT", "Band", "BandJson", "CapacityCheck", "CapacityJson", "CapacityMeasurement", "ConditionVerdict",
+    "MetricVerdict", "MetricVerdictJson", "PrefixCache", "PrefixCacheJson", "SaturatedJson", "SaturatedThroughput",
+    "StagePoint", "StagePointJson", "SustainedJson", "SustainedRate", "TargetMetrics", "VerdictJson", "band_of",
+    "capacity_check", "compare_condition", "points_verdict", "prefix_cache_delta", "recovery_verdict",
+    "relative_verdict", "saturated_throughput", "stage_point", "sustained_rate",
 ]
 
 SPREAD_LIMIT = 0.10  # (max - min) / mean of the calibrations' C-hat
@@ -54,8 +58,18 @@ class Band:
     spread: float  # (high - low) / mean
     refusal: str | None  # why no comparison may be made on it, or None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> BandJson:
+        return {"chats": list(self.chats), "mean": self.mean, "low": self.low, "high": self.high,
+                "spread": self.spread, "refusal": self.refusal}
+
+
+class BandJson(TypedDict):
+    chats: list[float]
+    mean: float
+    low: float
+    high: float
+    spread: float
+    refusal: str | None
 
 
 def band_of(chats: Sequence[float], limit: float = SPREAD_LIMIT, at_least: int = MIN_CALIBRATIONS) -> Band:
@@ -88,8 +102,17 @@ class SaturatedThroughput:
         exits = self.completions + self.cancelled
         return self.cancelled / exits if exits else 0.0
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "cancelled_share": self.cancelled_share}
+    def to_json(self) -> SaturatedJson:
+        return {"saturated_s": self.saturated_s, "completions": self.completions, "cancelled": self.cancelled,
+                "per_s": self.per_s, "cancelled_share": self.cancelled_share}
+
+
+class SaturatedJson(TypedDict):
+    saturated_s: int
+    completions: int
+    cancelled: int
+    per_s: float | None
+    cancelled_share: float
 
 
 def saturated_throughput(log: RunLog) -> SaturatedThroughput:
@@ -115,10 +138,31 @@ class CapacityCheck:
 
     status: Literal["ok", "void", "unchecked"]
     reason: str
-    measurements: tuple[dict[str, Any], ...]
+    measurements: tuple[CapacityMeasurement, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> CapacityJson:
+        return {"status": self.status, "reason": self.reason, "measurements": [m.copy() for m in self.measurements]}
+
+
+class CapacityMeasurement(TypedDict):
+    """One measurement of the engine's speed around a run (SaturatedJson's fields after its name), whether
+    it was used, its deviation from the calibrated capacity, or why it was not used."""
+
+    name: str
+    saturated_s: int
+    completions: int
+    cancelled: int
+    per_s: float | None
+    cancelled_share: float
+    off_pct: float | None
+    used: bool
+    why_not: str | None
+
+
+class CapacityJson(TypedDict):
+    status: Literal["ok", "void", "unchecked"]
+    reason: str
+    measurements: list[CapacityMeasurement]
 
 
 def capacity_check(measured: Mapping[str, SaturatedThroughput], capacity: float,
@@ -129,10 +173,10 @@ def capacity_check(measured: Mapping[str, SaturatedThroughput], capacity: float,
     measurement is usable with at least `min_saturated_s` saturated seconds and at most
     `max_cancelled_share` of its engine exits cancelled (cancelled executions took engine time that
     completions do not count)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[CapacityMeasurement] = []
     usable: list[tuple[str, float]] = []
     for name, t in measured.items():
-        row: dict[str, Any] = {"name": name, **t.to_json(), "off_pct": None, "used": False, "why_not": None}
+        row: CapacityMeasurement = {"name": name, **t.to_json(), "off_pct": None, "used": False, "why_not": None}
         if t.per_s is None or t.saturated_s < min_saturated_s:
             row["why_not"] = f"saturated for {t.saturated_s} s, under {min_saturated_s} s"
         elif t.cancelled_share > max_cancelled_share:
@@ -140,7 +184,7 @@ def capacity_check(measured: Mapping[str, SaturatedThroughput], capacity: float,
                               "undercount the engine's work")
         else:
             off = t.per_s / capacity - 1.0
-            row.update(off_pct=100 * off, used=True)
+            row["off_pct"], row["used"] = 100 * off, True
             usable.append((name, off))
         rows.append(row)
     if not usable:
@@ -162,6 +206,20 @@ class MetricVerdict:
     live: float | bool | None
     sim_low: float | bool | None  # the simulator with the engine at the band's lowest C-hat
     sim_high: float | bool | None  # ... and at its highest
+    rule: str
+    verdict: Verdict
+    reason: str
+
+    def to_json(self) -> MetricVerdictJson:
+        return {"metric": self.metric, "live": self.live, "sim_low": self.sim_low, "sim_high": self.sim_high,
+                "rule": self.rule, "verdict": self.verdict, "reason": self.reason}
+
+
+class MetricVerdictJson(TypedDict):
+    metric: str
+    live: float | bool | None
+    sim_low: float | bool | None
+    sim_high: float | bool | None
     rule: str
     verdict: Verdict
     reason: str
@@ -237,23 +295,39 @@ class ConditionVerdict:
     metrics: tuple[MetricVerdict, ...]
     capacity: CapacityCheck | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerdictJson:
         return {"condition": self.condition, "status": self.status, "reason": self.reason,
-                "metrics": [asdict(m) for m in self.metrics],
+                "metrics": [m.to_json() for m in self.metrics],
                 "capacity": self.capacity.to_json() if self.capacity is not None else None}
 
 
-def compare_condition(condition: str, live: Mapping[str, Any], sim_low: Mapping[str, Any],
-                      sim_high: Mapping[str, Any], *, band: Band, capacity: CapacityCheck) -> ConditionVerdict:
+class VerdictJson(TypedDict):
+    condition: str
+    status: Status
+    reason: str
+    metrics: list[MetricVerdictJson]
+    capacity: CapacityJson | None
+
+
+class TargetMetrics(TypedDict):
+    """What the targets read of a run's summary (analysis.summarize), live or simulated."""
+
+    recovered: ReadOnly[bool | None]
+    hold_delivered_pct: ReadOnly[float | None]
+    completed_x: ReadOnly[float | None]
+
+
+def compare_condition(condition: str, live: TargetMetrics, sim_low: TargetMetrics, sim_high: TargetMetrics, *,
+                      band: Band, capacity: CapacityCheck) -> ConditionVerdict:
     """The targets on one condition (recovery agrees; hold delivered within HOLD_POINTS; completion rate
     within COMPLETION_REL), from the run summaries (analysis.summarize) live and simulated at the band's
     ends. Refused when the band is; VOID when the engine was off its capacity around the run."""
     metrics = (
-        recovery_verdict(live.get("recovered"), sim_low.get("recovered"), sim_high.get("recovered")),
-        points_verdict("hold_delivered_pct", live.get("hold_delivered_pct"), sim_low.get("hold_delivered_pct"),
-                       sim_high.get("hold_delivered_pct"), HOLD_POINTS),
-        relative_verdict("completed_x", live.get("completed_x"), sim_low.get("completed_x"),
-                         sim_high.get("completed_x"), COMPLETION_REL),
+        recovery_verdict(live["recovered"], sim_low["recovered"], sim_high["recovered"]),
+        points_verdict("hold_delivered_pct", live["hold_delivered_pct"], sim_low["hold_delivered_pct"],
+                       sim_high["hold_delivered_pct"], HOLD_POINTS),
+        relative_verdict("completed_x", live["completed_x"], sim_low["completed_x"], sim_high["completed_x"],
+                         COMPLETION_REL),
     )
     if band.refusal is not None:
         return ConditionVerdict(condition=condition, status="refused", reason=band.refusal, metrics=metrics,
@@ -292,8 +366,17 @@ class SustainedRate:
     per_s: float | None
     why_not: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> SustainedJson:
+        return {"from_s": self.from_s, "running": self.running, "completions": self.completions, "per_s": self.per_s,
+                "why_not": self.why_not}
+
+
+class SustainedJson(TypedDict):
+    from_s: int | None
+    running: float | None
+    completions: int
+    per_s: float | None
+    why_not: str | None
 
 
 PLATEAU_WINDOW_S = 10
@@ -332,8 +415,14 @@ class PrefixCache:
     def hit_pct(self) -> float | None:
         return 100 * self.hits / self.queries if self.queries else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PrefixCacheJson:
         return {"queries": self.queries, "hits": self.hits, "hit_pct": self.hit_pct}
+
+
+class PrefixCacheJson(TypedDict):
+    queries: int
+    hits: int
+    hit_pct: float | None
 
 
 def prefix_cache_delta(before: Mapping[str, float], after: Mapping[str, float]) -> PrefixCache:
@@ -355,10 +444,19 @@ class StagePoint:
     saturated: SaturatedThroughput
     sustained: SustainedRate
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StagePointJson:
         return {"load_x": self.load_x, "rate_calls_per_s": self.rate_calls_per_s,
                 "completions_per_s": self.completions_per_s, "median_ttft_s": self.median_ttft_s,
                 "saturated": self.saturated.to_json(), "sustained": self.sustained.to_json()}
+
+
+class StagePointJson(TypedDict):
+    load_x: float
+    rate_calls_per_s: float
+    completions_per_s: float
+    median_ttft_s: float | None
+    saturated: SaturatedJson
+    sustained: SustainedJson
 
 
 def stage_point(log: RunLog, *, load_x: float, rate: float, stage_s: float, warmup: float = 1 / 3) -> StagePoint:

@@ -21,7 +21,9 @@ import resource
 import time
 from dataclasses import dataclass
 
-__all__ = ["CpuSample", "HarnessMeter", "PinningPlan", "cpu_pct", "pin_harness", "pinning_plan"]
+from typing_extensions import TypedDict
+
+__all__ = ["CpuSample", "HarnessMeter", "PinningJson", "PinningPlan", "cpu_pct", "pin_harness", "pinning_plan"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,10 +44,16 @@ class PinningPlan:
             return {}
         return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(str(c) for c in sorted(self.engine_cpus))}
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> PinningJson:
         return {"engine_cpus": sorted(self.engine_cpus) if self.engine_cpus is not None else None,
                 "harness_cpus": sorted(self.harness_cpus) if self.harness_cpus is not None else None,
                 "note": self.note}
+
+
+class PinningJson(TypedDict):
+    engine_cpus: list[int] | None
+    harness_cpus: list[int] | None
+    note: str
 
 
 def pinning_plan(available: frozenset[int] | set[int]) -> PinningPlan:

@@ -19,7 +19,7 @@ from retrybench.calibration.simulated import calibrate_repeated
 from retrybench.conditions.config import ClientPolicy, EngineConfig, ProxyPolicy, WorkloadSpec, load_condition
 from retrybench.engine.profiles import EngineProfile, profile_for
 from retrybench.plan.spec import RunSpec, engine_config_for
-from retrybench.records.runlog import RunLog
+from retrybench.records.runlog import RunLog, RunMeta
 from retrybench.sim.run import simulate
 from retrybench.traffic.workload import Call, generate_trace
 
@@ -86,7 +86,7 @@ def simulate_spec_at(spec: RunSpec, *, chat: float, speed: float) -> RunLog:
     engine, cap = engine_config_for(spec, condition, chat)
     profile = scaled_profile(spec.model, spec.gpu, speed=speed, engine=engine)
     workload = spec.workload(chat)
-    meta: dict[str, Any] = {
+    meta: RunMeta = {
         **asdict(spec), "chat": chat, "engine_speed": speed, "pulse_start_s": workload.pulse_start_s,
         "pulse_end_s": workload.pulse_end_s, "hold_end_s": workload.hold_end_s,
         "attempt_timeout_s": condition.client.attempt_timeout_s, "delivery_horizon_s": 840.0,
@@ -97,7 +97,7 @@ def simulate_spec_at(spec: RunSpec, *, chat: float, speed: float) -> RunLog:
 
 
 def simulate_calls_at(calls: tuple[Call, ...] | list[Call], *, model: str, gpu: str, speed: float,
-                      client: ClientPolicy, prefix_tokens: int, seed: int, meta: dict[str, Any]) -> RunLog:
+                      client: ClientPolicy, prefix_tokens: int, seed: int, meta: RunMeta) -> RunLog:
     """Given calls (a constant-rate stage, say) through a proxy that passes them on, on the engine
     `speed` times as fast; the run goes on until every call has ended, as a live one does."""
     profile = scaled_profile(model, gpu, speed=speed)

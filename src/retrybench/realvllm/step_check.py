@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
+
+from retrybench.records.tracefile import TraceEvent
 
 __all__ = ["StepClass", "StepSample", "classify", "step_samples", "summarize_classes"]
 
@@ -31,7 +32,7 @@ class StepSample:
     seqs: int
 
 
-def step_samples(events: Iterable[Mapping[str, Any]], timer: StepTimer, *, speed: float = 1.0,
+def step_samples(events: Iterable[TraceEvent], timer: StepTimer, *, speed: float = 1.0,
                  time_scale: float = 1.0) -> list[StepSample]:
     """Every step of a trace with the profile's price for its batch: `timer`'s trace seconds divided
     by `speed` (the simulated engine made that much faster, as realvllm.simband scales it), times
@@ -50,7 +51,7 @@ def step_samples(events: Iterable[Mapping[str, Any]], timer: StepTimer, *, speed
     return samples
 
 
-def _priced(step: Mapping[str, Any], prompt_len: Mapping[int, int], computed: dict[int, int], timer: StepTimer,
+def _priced(step: TraceEvent, prompt_len: Mapping[int, int], computed: dict[int, int], timer: StepTimer,
             speed: float, time_scale: float) -> StepSample:
     """The step's arguments to the step timer, as the simulated scheduler accumulates them, and its
     price; `computed` (tokens each execution has computed) moves on by the step."""

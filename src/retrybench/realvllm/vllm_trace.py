@@ -27,13 +27,13 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
-from retrybench.records.tracefile import FORMAT
+from retrybench.records.tracefile import FORMAT, TraceEvent, TraceHeader
 
-__all__ = ["SUPPORTED_VLLM", "TRACE_ENV", "TraceRecorder", "check_vllm_version"]
+__all__ = ["SUPPORTED_VLLM", "TRACE_ENV", "TraceRecorder", "VllmRequest", "check_vllm_version"]
 
 TRACE_ENV = "RETRYBENCH_VLLM_TRACE"
 ANY_VERSION_ENV = "RETRYBENCH_TRACE_ANY_VLLM"  # set to 1 to trace a vLLM outside SUPPORTED_VLLM
@@ -54,10 +54,22 @@ def check_vllm_version(version: str) -> None:
                            f"not {version}; set {ANY_VERSION_ENV}=1 to try anyway")
 
 
+class VllmRequest(Protocol):
+    """What the recorder reads of a vLLM request (vllm.v1.request.Request)."""
+
+    request_id: str
+    num_prompt_tokens: int
+    num_computed_tokens: int
+    num_output_tokens: int
+    status: Any  # a RequestStatus: its name is read
+
+    def is_finished(self) -> bool: ...
+
+
 class TraceRecorder:
     """Turns the scheduler's calls into trace events and writes them as JSONL."""
 
-    def __init__(self, path: Path, meta: dict[str, Any], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, path: Path, meta: TraceHeader, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._t0 = clock()
         self._file: IO[str] | None = path.open("w", buffering=1 << 16)
@@ -70,21 +82,22 @@ class TraceRecorder:
         self._first_token: set[str] = set()
         self._last_end = 0.0
         self.self_time_s = 0.0  # time spent in this recorder: its overhead on the engine
-        self._write({"format": FORMAT, "engine": "vllm", "started_unix": time.time(), **meta})
+        header: TraceHeader = {"format": FORMAT, "engine": "vllm", "started_unix": time.time(), **meta}
+        self._write(header)
         self._closed = threading.Event()
         threading.Thread(target=self._flush_every, args=(FLUSH_S,), name="retrybench-trace-flush",
                          daemon=True).start()
 
     # -- the hooks ---------------------------------------------------------------------------
 
-    def queued(self, request: Any) -> None:
+    def queued(self, request: VllmRequest) -> None:
         began = self._clock()
         rid = self._ids.setdefault(request.request_id, len(self._ids))
         self._event(began, "queued", rid, prompt_tokens=int(request.num_prompt_tokens),
                     request_id=request.request_id)
         self._account(began)
 
-    def scheduled(self, output: Any, requests: dict[str, Any]) -> None:
+    def scheduled(self, output: Any, requests: Mapping[str, VllmRequest]) -> None:
         """After `schedule()`: num_computed_tokens has already advanced by the scheduled tokens."""
         began = self._clock()
         now = began - self._t0
@@ -115,7 +128,7 @@ class TraceRecorder:
             self._event(began, "preempted", rid)
         self._account(began)
 
-    def step_done(self, output: Any, requests: dict[str, Any]) -> None:
+    def step_done(self, output: Any, requests: Mapping[str, VllmRequest]) -> None:
         """After `update_from_output` for the oldest pending step: its end, first tokens, finishes."""
         began = self._clock()
         now = began - self._t0
@@ -146,7 +159,7 @@ class TraceRecorder:
         self._write({"t": now, "event": "step_done", "step": step, "start_s": start, "dropped": dropped})
         self._account(began)
 
-    def aborted(self, requests: Iterable[Any]) -> None:
+    def aborted(self, requests: Iterable[VllmRequest]) -> None:
         """In `finish_requests(ids, FINISHED_ABORTED)`, before vLLM frees them. The scheduler sees
         the abort when the engine core applies it, so requested and applied carry one time."""
         began = self._clock()
@@ -189,7 +202,7 @@ class TraceRecorder:
     def _event(self, at: float, event: str, rid: int, **extra: Any) -> None:
         self._write({"t": at - self._t0, "event": event, "execution": rid, **extra})
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _write(self, record: TraceEvent | TraceHeader) -> None:
         line = json.dumps(record, separators=(",", ":")) + "\n"
         with self._lock:
             if self._file is not None:
@@ -212,7 +225,7 @@ class TraceRecorder:
             self.flush()
 
 
-def _is_aborted(request: Any) -> bool:
+def _is_aborted(request: VllmRequest) -> bool:
     return str(getattr(request.status, "name", request.status)) == "FINISHED_ABORTED"
 
 
@@ -221,7 +234,7 @@ def _recorder_for(scheduler: Any) -> TraceRecorder | None:
     if not path:
         return None
     sched = scheduler.scheduler_config
-    meta = {"max_num_batched_tokens": sched.max_num_batched_tokens, "max_num_seqs": sched.max_num_seqs,
+    meta: TraceHeader = {"max_num_batched_tokens": sched.max_num_batched_tokens, "max_num_seqs": sched.max_num_seqs,
             "async_scheduling": bool(getattr(sched, "async_scheduling", False)),
             "vllm_version": _vllm_version(), "scheduler": type(scheduler).__name__}
     recorder = TraceRecorder(Path(path), meta)

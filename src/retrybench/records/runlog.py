@@ -21,6 +21,7 @@ __all__ = [
     "Fate",
     "QueueSamples",
     "RunLog",
+    "RunMeta",
 ]
 
 # Attempt outcomes, as the client saw them.
@@ -102,9 +103,19 @@ class QueueSamples:
     prefix_cache_queries_total: list[int] = field(default_factory=list)
 
 
+# What a run log says of its run, as JSON. Every run: the phase boundaries the metrics read
+# (pulse_start_s, pulse_end_s, hold_end_s, attempt_timeout_s, delivery_horizon_s) and C-hat (chat).
+# A run of a spec adds the spec's fields (plan.spec.RunSpec.as_dict), engine_cap and kv_blocks; the
+# simulator at a chosen speed engine_speed; a deployment routed (executions per replica); a live run
+# live, time_scale, send_lateness (the load generator's), engine_url and stream_interval; a
+# calibration's stages only calibration. The keys depend on who ran it, so it stays a JSON object;
+# its digest covers every key.
+RunMeta = dict[str, Any]
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunLog:
-    meta: dict[str, Any]  # run spec, C-hat, phase boundaries (pulse_start_s, pulse_end_s, hold_end_s)
+    meta: RunMeta
     calls: list[CallRecord]
     attempts: list[AttemptRecord]
     executions: list[ExecutionRecord]

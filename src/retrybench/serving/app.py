@@ -9,7 +9,7 @@ is how a client leaving reaches the proxy and the engine.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypedDict, TypeVar
 
 from aiohttp import web
 
@@ -44,12 +44,16 @@ def new_app(routes: Iterable[web.AbstractRouteDef], *, client_max_size: int,
     return app
 
 
+class _RunnerOptions(TypedDict, total=False):
+    shutdown_timeout: float
+
+
 async def start_app(app: web.Application, host: str, port: int, *, shutdown_timeout: float | None = None,
                     reuse_address: bool | None = None) -> tuple[web.AppRunner, int]:
     """Serve `app` on host:port; returns its runner (`cleanup()` stops it) and the bound port (the
     one the OS chose when asked for port 0). `shutdown_timeout` bounds how long `cleanup()` waits
     for handlers (aiohttp's default when None)."""
-    options: dict[str, Any] = {} if shutdown_timeout is None else {"shutdown_timeout": shutdown_timeout}
+    options: _RunnerOptions = {} if shutdown_timeout is None else {"shutdown_timeout": shutdown_timeout}
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None, **options)
     await runner.setup()
     await web.TCPSite(runner, host, port, backlog=BACKLOG, reuse_address=reuse_address).start()

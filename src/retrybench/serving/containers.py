@@ -19,11 +19,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-__all__ = ["CONTAINER_PORT", "ContainerSpec", "ServiceContainer", "docker_network", "require_image"]
+if TYPE_CHECKING:
+    from docker.types import DeviceRequest
+
+__all__ = ["CONTAINER_PORT", "ContainerSpec", "CreateOptions", "ServiceContainer", "docker_network", "require_image"]
 
 CONTAINER_PORT = 8000  # what both images serve on (vLLM's default; the proxy image's entrypoint)
+
+
+class CreateOptions(TypedDict, total=False):
+    """docker-py `containers.create` arguments beyond image, command, env, ports, volumes and network."""
+
+    ipc_mode: str
+    device_requests: list[DeviceRequest]
+    cpuset_cpus: str
+    entrypoint: list[str]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,9 +57,8 @@ class ContainerSpec:
     alias: str | None = None
     entrypoint: tuple[str, ...] | None = None  # None: the image's own
 
-    def create_kwargs(self) -> dict[str, Any]:
-        """docker-py `containers.create` arguments beyond image, command, env, ports, volumes and network."""
-        kwargs: dict[str, Any] = {} if self.ipc_mode is None else {"ipc_mode": self.ipc_mode}
+    def create_kwargs(self) -> CreateOptions:
+        kwargs: CreateOptions = {} if self.ipc_mode is None else {"ipc_mode": self.ipc_mode}
         if self.gpus:
             from docker.types import DeviceRequest
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from heapq import heappop
-from typing import Any
 
 import numpy as np
 
@@ -51,7 +50,8 @@ from retrybench.engine.core import EngineCore
 from retrybench.engine.profiles import EngineProfile
 from retrybench.gcpause import cyclic_gc_paused
 from retrybench.records import runlog
-from retrybench.records.runlog import AttemptOutcome, ExecutionRecord, RunLog
+from retrybench.records.runlog import AttemptOutcome, ExecutionRecord, RunLog, RunMeta
+from retrybench.records.tracefile import TraceEvent
 from retrybench.sim.run import _ABORT, _ARRIVAL, _DEADLINE, _SEND, _TIMER, _Attempt, _Sim
 from retrybench.traffic.workload import Call
 
@@ -83,7 +83,7 @@ class Deployment:
 
 class _DeploymentSim(_Sim):
     def __init__(self, profiles: Sequence[EngineProfile], calls: Sequence[Call], client: ClientPolicy,
-                 proxy: ProxyPolicy, seed: int, prefix_tokens: int, trace: list[dict[str, Any]] | None,
+                 proxy: ProxyPolicy, seed: int, prefix_tokens: int, trace: list[TraceEvent] | None,
                  deployment: Deployment) -> None:
         if not profiles:
             raise ValueError("a deployment needs at least one engine replica")
@@ -282,7 +282,7 @@ class _DeploymentSim(_Sim):
 
     # -- the log -----------------------------------------------------------------------------
 
-    def log(self, end_s: float, meta: dict[str, Any]) -> RunLog:
+    def log(self, end_s: float, meta: RunMeta) -> RunLog:
         for engine in self.engines[1:]:
             engine.snapshot()
         log = super().log(end_s, meta)  # snapshots engine 0, reads its counters: the others' are added
@@ -308,8 +308,8 @@ class _DeploymentSim(_Sim):
 
 
 def simulate_deployment(profiles: Sequence[EngineProfile], calls: Sequence[Call], *, client: ClientPolicy,
-                        proxy: ProxyPolicy, seed: int, meta: dict[str, Any], deployment: Deployment,
-                        prefix_tokens: int = 2000, trace: list[dict[str, Any]] | None = None,
+                        proxy: ProxyPolicy, seed: int, meta: RunMeta, deployment: Deployment,
+                        prefix_tokens: int = 2000, trace: list[TraceEvent] | None = None,
                         stop_s: float | None = None) -> RunLog:
     """One run on a deployment: `profiles` are the engine replicas (one per replica, GPUs may differ).
     The log's samples and counters are the deployment's totals; `meta["routed"]` counts the executions

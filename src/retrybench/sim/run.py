@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from heapq import heappop
-from typing import Any
 
 import numpy as np
 
@@ -43,7 +42,9 @@ from retrybench.records.runlog import (
     Fate,
     QueueSamples,
     RunLog,
+    RunMeta,
 )
+from retrybench.records.tracefile import TraceEvent
 from retrybench.sim.loop import EventLoop
 from retrybench.traffic.client import CallDelivered, CallFailed, ClientAction, RetryingClient, SendAttempt
 from retrybench.traffic.workload import Call
@@ -88,7 +89,7 @@ class _Call:
 class _Sim:
     def __init__(self, profile: EngineProfile, calls: Sequence[Call], client: ClientPolicy,
                  proxy: ProxyPolicy, seed: int, prefix_tokens: int,
-                 trace: list[dict[str, Any]] | None) -> None:
+                 trace: list[TraceEvent] | None) -> None:
         self.loop = EventLoop()
         self.engine = EngineCore(profile, prefix_tokens=prefix_tokens, trace=trace)
         self.client = RetryingClient(client, np.random.default_rng([seed, 10]))
@@ -290,7 +291,7 @@ class _Sim:
 
     # -- the log -----------------------------------------------------------------------------
 
-    def log(self, end_s: float, meta: dict[str, Any]) -> RunLog:
+    def log(self, end_s: float, meta: RunMeta) -> RunLog:
         calls = [
             CallRecord(index=item.call.index, arrival_s=item.call.arrival_s,
                        prompt_tokens=item.call.prompt_tokens, response_tokens=item.call.response_tokens,
@@ -358,8 +359,8 @@ class _Sim:
 
 
 def simulate(profile: EngineProfile, calls: Sequence[Call], *, client: ClientPolicy, proxy: ProxyPolicy,
-             seed: int, meta: dict[str, Any], prefix_tokens: int = 2000,
-             trace: list[dict[str, Any]] | None = None, stop_s: float | None = None) -> RunLog:
+             seed: int, meta: RunMeta, prefix_tokens: int = 2000,
+             trace: list[TraceEvent] | None = None, stop_s: float | None = None) -> RunLog:
     """One run: every call in `calls` played through the client, proxy and engine.
 
     It ends when no call is outstanding, or at `stop_s` (calibration stops after its stages).
