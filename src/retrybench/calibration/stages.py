@@ -13,9 +13,9 @@ from the planned rate; the means agree within 0.1%).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
 
 import numpy as np
+from typing_extensions import TypedDict  # typing_extensions': realvllm/record.py extends it and is validated
 
 from retrybench.conditions.config import ClientPolicy, WorkloadSpec
 from retrybench.records.runlog import RunLog

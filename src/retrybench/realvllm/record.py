@@ -18,6 +18,7 @@ from typing import Literal, NotRequired
 
 from typing_extensions import TypedDict
 
+from retrybench.calibration.stages import StageRecord
 from retrybench.loadgen.loadgen import SendLateness
 from retrybench.realvllm.comparison import (
     BandJson,
@@ -58,18 +59,10 @@ class SettingsJson(TypedDict):
     proxy_image: str | None
 
 
-class CalibrationStage(TypedDict):
+class CalibrationStage(StageRecord):
     """One 300-s stage of a calibration, live (calibration.stages.StageRecord's fields first), and the
     simulator on the same trace."""
 
-    index: int
-    rate_calls_per_s: float
-    start_s: float
-    end_s: float
-    calls: int
-    growth_per_s: float
-    median_ttft_s: float | None
-    median_e2e_s: float | None
     seed: int
     harness_cpu_pct: float
     saturated: SaturatedJson
