@@ -6,7 +6,7 @@ event loop. Every clock runs `time_scale` wall seconds per trace second, so a 94
 takes 947 x time_scale wall seconds and the same trace meets the same engine model as in the
 simulator. The engine may be external (`engine_url`): a vLLM, or an engine server started elsewhere. The proxy
 is a process by default (`proxy_process`); a `ProxyLauncher` starts it otherwise (the proxy container,
-live.proxy_container).
+proxy.proxy_container).
 
 `drive` and `deployment_run_log` do the same for a deployment someone else started (several engines
 behind several proxy instances behind a front balancer, docs/replicas.md): the load goes to the front,

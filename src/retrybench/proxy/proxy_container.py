@@ -1,6 +1,6 @@
 """The proxy as a container, as it would be deployed: its spec as data, and a launcher for live runs.
 
-The image is the one `scripts/build_image.py proxy` builds (live.images): `retrybench proxy` on
+The image is the one `scripts/build_image.py proxy` builds (realvllm.images): `retrybench proxy` on
 0.0.0.0:8000. `proxy_container_spec` adds the upstream, the condition (a name, or a policy TOML
 mounted read-only), the clocks' time scale and the decision log, written to a mounted folder.
 `ContainerProxies` starts one such container per live run (`run_live(..., proxy=...)`) on the
@@ -47,11 +47,11 @@ def proxy_container_spec(*, image: str, upstream: str, policy: str, log_dir: Pat
 
 @dataclass(frozen=True, kw_only=True)
 class ContainerProxies:
-    """A `ProxyLauncher` (live.run) that starts the proxy image for each run, on `network`, in
+    """A `ProxyLauncher` (loadgen.run) that starts the proxy image for each run, on `network`, in
     front of `upstream` (the engine's address on that network, e.g. http://vllm:8000)."""
 
     image: str
-    network: Any  # a live.containers.docker_network()
+    network: Any  # a serving.containers.docker_network()
     upstream: str
     cpus: frozenset[int] | None = None
     start_timeout_s: float = 120.0

@@ -1,13 +1,13 @@
 """The simulator against a real vLLM (CPU build, tiny model, scaled trace), run so that it can be trusted.
 
 1. Pin: the engine on one CPU, this process (load generator, and the proxy it starts) on another
-   (live.pinning), and record the harness's own CPU share of every live run.
+   (realvllm.pinning), and record the harness's own CPU share of every live run.
 2. Calibrate C-hat `calibrations` times (the paper's 300-s stages, one stage per live run, stopping
    at the first saturated one); their mean sets every run's rates, their spread may refuse the
-   comparison (live.comparison.band_of).
+   comparison (realvllm.comparison.band_of).
 3. The capacity curve: completions per second and median TTFT at 0.5-1.5 x C-hat, live and simulated.
 4. The scaled diagnostic on each condition, live, then simulated with the engine at the band's lowest
-   and highest C-hat (live.simband); a short 1.5 x C-hat speed probe after each live run measures the
+   and highest C-hat (realvllm.simband); a short 1.5 x C-hat speed probe after each live run measures the
    engine's capacity around it, and decides with the run's own saturated throughput whether it is VOID.
 
 Every stage replays a trace of its own (calibration n, stage k: seed 100 n + k; curve point i: seed

