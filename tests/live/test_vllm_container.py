@@ -10,7 +10,6 @@ stands in: `vllm serve` as its entrypoint, its arguments printed, /health served
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.containers import image_skip_reason, suite_image
+from fixtures.containers import docker_skip_reason, image_present, image_skip_reason, suite_image
 
 from retrybench.plan.spec import RunSpec
 from retrybench.realvllm.tinymodel import make_tiny_model
@@ -99,25 +98,14 @@ def test_image_is_configurable() -> None:
 
 @pytest.fixture(scope="module")
 def docker_client() -> Iterator[Any]:
-    try:
-        import docker
-        import testcontainers  # noqa: F401
-    except ImportError as error:
-        pytest.skip(f"needs docker-py and testcontainers: {error}")
-    # Ask the docker CLI first: docker-py leaks the socket of a connection that fails (an unraisable
-    # ResourceWarning, an error in a later test).
-    answered = shutil.which("docker") is not None and subprocess.run(
-        ["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, timeout=15, check=False
-    ).returncode == 0
-    if not answered:
-        pytest.skip("no Docker engine answers; as root: apt-get install -y docker.io "
-                    "&& (dockerd >/tmp/dockerd.log 2>&1 &)")
+    if (reason := docker_skip_reason()) is not None:
+        pytest.skip(reason)
+    if not image_present(TEST_IMAGE):
+        pytest.skip(f"the stand-in image {TEST_IMAGE} is not in the local engine: run scripts/build-test-image.sh")
+    import docker
+
     client = docker.from_env(timeout=5)
-    present = bool(client.images.list(name=TEST_IMAGE))
     try:
-        if not present:
-            pytest.skip(f"the stand-in image {TEST_IMAGE} is not in the local engine: run "
-                        "scripts/build-test-image.sh")
         yield client
     finally:
         client.close()
