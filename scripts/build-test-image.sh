@@ -11,7 +11,7 @@
 # --port (default 8000), logging each request; FAKE_VLLM_EXIT=N makes it exit with status N instead
 # (a vLLM that fails to load its model). busybox comes from the busybox binary on PATH if it is
 # static, else from the distribution's busybox-static package, downloaded and unpacked here (apt-get
-# download; nothing is installed).
+# download, after refreshing the package index if it has none; nothing is installed).
 set -euo pipefail
 image="${1:-retrybench/fake-vllm:test}"
 work="$(mktemp -d)"
@@ -21,7 +21,9 @@ trap 'rm -rf "$work"' EXIT
 
 busybox="$(command -v busybox || true)"
 if [ -z "$busybox" ] || ! file -L "$busybox" 2>/dev/null | grep -q 'statically linked'; then
-  (cd "$work/dl" && apt-get download -q busybox-static >/dev/null)
+  # The package index may be empty on a machine that cleaned it after its last install: refresh it then.
+  (cd "$work/dl" && { apt-get download -q busybox-static >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null && apt-get download -q busybox-static >/dev/null; }; })
   dpkg-deb -x "$work"/dl/busybox-static_*.deb "$work/deb"
   busybox="$work/deb/bin/busybox"
 fi
