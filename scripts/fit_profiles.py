@@ -63,19 +63,21 @@ def paper() -> dict[str, float]:
     return out
 
 
-def engine_profile(model: str, costs: StepCosts, gpu: str, layer_profile: LayerTable | None) -> EngineProfile:
+def engine_profile(model: str, costs: StepCosts, gpu: str, layer_profile: LayerTable | None,
+                   step_model: str = "roofline") -> EngineProfile:
     """The profile the fit measures: fitted.toml's, with `costs` and, where given, another layer table."""
-    profile = profile_for(model, gpu, costs=costs)
+    profile = profile_for(model, gpu, costs=costs, step_model=step_model)
     if layer_profile is None:
         return profile
     return replace(profile, gpu=replace(profile.gpu, layer_profile=layer_profile))
 
 
 def measure(model: str, costs: StepCosts, gpu: str = "h100", token_scale: float = 1.0,
-            latency_rate: float = 1.52, layer_profile: LayerTable | None = None) -> tuple[float, float, float]:
+            latency_rate: float = 1.52, layer_profile: LayerTable | None = None,
+            step_model: str = "roofline") -> tuple[float, float, float]:
     """The repeated calibration (the mean over its traces), as every run uses it."""
     spec = WorkloadSpec(chat_calls_per_s=1.0).scaled(token_scale)
-    calibration = calibrate_repeated(engine_profile(model, costs, gpu, layer_profile), spec=spec,
+    calibration = calibrate_repeated(engine_profile(model, costs, gpu, layer_profile, step_model), spec=spec,
                                      latency_rate=latency_rate)
     return calibration.chat_calls_per_s, calibration.median_ttft_s, calibration.median_e2e_s
 
@@ -208,6 +210,39 @@ def fit_cpu(targets: Path, trace: Path, evals: int, write: bool) -> int:
     return 0
 
 
+def fit_kernel_host(goal: dict[str, float], evals: int, write: bool) -> int:
+    """The `kernels` step model's host costs (fixed and per sequence), its only fitted part: to Qwen2.5-7B's
+    C-hat, median TTFT and E2E (Nelder-Mead on log errors), the kernels' times read from the database."""
+
+    def costs(x: list[float]) -> StepCosts:
+        return StepCosts(fixed_s=math.exp(x[0]), per_seq_s=math.exp(x[1]), linear_scale=1.0, attention_eff=1.0,
+                         memory_eff=1.0)
+
+    def loss(x: list[float]) -> float:
+        chat, ttft, e2e = measure(PRIMARY, costs(list(x)), step_model="kernels")
+        value = (math.log(chat / goal[PRIMARY]) ** 2 + math.log(ttft / goal["ttft"]) ** 2
+                 + math.log(e2e / goal["e2e"]) ** 2)
+        print(f"{value:.5f} fixed={math.exp(x[0]) * 1e6:.1f}us per_seq={math.exp(x[1]) * 1e6:.2f}us chat={chat:.3f} "
+              f"ttft={ttft:.3f} e2e={e2e:.3f}", flush=True)
+        return value
+
+    result = minimize(loss, [math.log(6e-4), math.log(2e-5)], method="Nelder-Mead",
+                      options={"maxfev": evals, "xatol": 1e-3})
+    host = costs(list(result.x))
+    print(f"fitted: fixed_s {host.fixed_s:.6g}, per_seq_s {host.per_seq_s:.6g}")
+    for model in (PRIMARY, *OTHERS):
+        chat, ttft, e2e = measure(model, host, step_model="kernels")
+        print(f"  {model:24s} C-hat paper {goal[model]:.3f} model {chat:.3f} ({100 * (chat / goal[model] - 1):+.1f}%)"
+              f"; TTFT {ttft:.3f} s, E2E {e2e:.2f} s")
+    if write:
+        text = FITTED.read_text()
+        start = text.index("[kernels.h100]")
+        FITTED.write_text(text[:start] + f"[kernels.h100]\nfixed_s = {host.fixed_s:.6g}\n"
+                          f"per_seq_s = {host.per_seq_s:.6g}\n")
+        print(f"wrote [kernels.h100] to {FITTED}")
+    return 0
+
+
 def write_section(gpu: str, costs: StepCosts, effs: dict[str, float], comment: list[str],
                   layer_profile: str | None = None) -> None:
     """Replace one GPU's tables in fitted.toml, keeping the others."""
@@ -228,12 +263,18 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="write src/retrybench/engine/fitted.toml")
     parser.add_argument("--max-evals", type=int, default=80)
     parser.add_argument("--gpu", choices=("h100", "cpu"), default="h100")
+    parser.add_argument("--step-model", choices=("roofline", "kernels"), default="roofline",
+                        help="kernels: fit the host costs of the measured-kernel step model (the H100's)")
     parser.add_argument("--targets", type=Path, help="--gpu cpu: the JSON of a live calibration")
     parser.add_argument("--trace", type=Path, help="--gpu cpu: the engine trace of that calibration")
     parser.add_argument("--layer-profile", type=Path,
                         help="a CSV of scripts/profile_steps.py measured on this GPU: fit over its GEMM and "
                              "elementwise costs instead of the packaged H100 profile")
     args = parser.parse_args()
+    if args.step_model == "kernels":
+        if args.gpu != "h100" or args.layer_profile is not None:
+            parser.error("--step-model kernels fits the H100's host costs; its kernels come from the database")
+        return fit_kernel_host(paper(), args.max_evals, args.write)
     if args.gpu == "cpu" and args.layer_profile is not None:
         parser.error("--layer-profile is for a GPU's fit: the CPU build's steps are a plain roofline")
     if args.gpu == "cpu":

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from retrybench.engine.kernel_steps import ChunkList
 from retrybench.realvllm.step_check import StepSample, classify, step_samples, summarize_classes
 
 CALLS: list[tuple[int, int, int, float, int, int]] = []
+CHUNKS: list[list[tuple[int, int]]] = []
 
 
-def timer(seqs: int, tokens: int, sampled: int, pairs: float, context: int, decode_context: int) -> float:
+def timer(seqs: int, tokens: int, sampled: int, pairs: float, context: int, decode_context: int,
+          chunks: ChunkList = (), /) -> float:
     """Records its arguments; one trace second per token."""
     CALLS.append((seqs, tokens, sampled, pairs, context, decode_context))
+    CHUNKS.append(list(chunks))
     return float(tokens)
 
 
@@ -29,12 +33,14 @@ TRACE = [
 
 def test_each_step_is_priced_with_the_arguments_the_simulated_scheduler_accumulates() -> None:
     CALLS.clear()
+    CHUNKS.clear()
     samples = step_samples(TRACE, timer, speed=2.0, time_scale=0.1)
     assert CALLS == [
         (1, 3, 0, 3 * 2 + 3 * 4 / 2, 5, 0),  # 3 new tokens after 2 computed: pairs 3 x 2 + 6
         (2, 5, 2, (1 * 5 + 1) + (0 + 4 * 5 / 2), 6 + 4, 0),
         (2, 2, 2, 7 + 5, 12, 12),  # decodes at context 6 + 1 and 4 + 1
     ]
+    assert CHUNKS == [[(3, 2)], [(1, 5), (4, 0)], []]  # each prefill chunk with its prefix
     assert [s.live_s for s in samples] == pytest.approx([0.5, 1.0, 0.1])
     assert [s.model_s for s in samples] == pytest.approx([3 / 2 * 0.1, 5 / 2 * 0.1, 2 / 2 * 0.1])
     assert [(s.prefill_tokens, s.decodes, s.seqs) for s in samples] == [(3, 0, 1), (5, 0, 2), (0, 2, 2)]

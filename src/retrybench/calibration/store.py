@@ -84,8 +84,14 @@ class EngineBuild:
     mixed_prompts: bool = False
     token_scale: float = 1.0
     max_batched_tokens: int | None = None
+    step_model: str | None = None  # None: the GPU's default (engine.profiles.default_step_model)
 
     def path(self) -> Path:
+        if self.step_model is not None:
+            parts = [self.model, self.gpu, self.mixed_prompts, self.token_scale, self.max_batched_tokens,
+                     self.step_model, code_version()]
+            digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+            return cache_dir() / "calibration" / f"{self.model}-{self.gpu}-{self.step_model}-{digest}.json"
         if self.max_batched_tokens is not None:
             return cache_dir() / "calibration" / f"{self.model}-{self.gpu}-steps{self.max_batched_tokens}-" \
                                                  f"{code_version()}.json"
@@ -98,7 +104,7 @@ class EngineBuild:
         engine = None
         if self.max_batched_tokens is not None:
             engine = replace(GPUS[self.gpu].engine_defaults(), max_num_batched_tokens=self.max_batched_tokens)
-        return calibrate(profile_for(self.model, self.gpu, engine), seed=seed,
+        return calibrate(profile_for(self.model, self.gpu, engine, step_model=self.step_model), seed=seed,
                          spec=_workload(self.mixed_prompts, self.token_scale))
 
     def record(self, runs: tuple[Calibration, ...]) -> CalibrationRecord:
@@ -142,7 +148,7 @@ def build_of(spec: RunSpec) -> Build:
     """The build a spec's rates are in: its engine's, or its replica set's when it has several."""
     if spec.replicas > 1:
         return ReplicaSet(spec.model, spec.gpus(), spec.router, spec.mixed_prompts, spec.token_scale)
-    return EngineBuild(spec.model, spec.gpu, spec.mixed_prompts, spec.token_scale)
+    return EngineBuild(spec.model, spec.gpu, spec.mixed_prompts, spec.token_scale, step_model=spec.step_model)
 
 
 def _calibrate(build: Build) -> CalibrationRecord:
@@ -155,9 +161,9 @@ def calibration_of(build: Build, use_cache: bool = True) -> CalibrationRecord:
 
 
 def calibration_for(model: str, gpu: str = "h100", mixed_prompts: bool = False, use_cache: bool = True,
-                    token_scale: float = 1.0) -> CalibrationRecord:
+                    token_scale: float = 1.0, step_model: str | None = None) -> CalibrationRecord:
     """C-hat and the calibration stages of one engine build (default engine arguments)."""
-    return calibration_of(EngineBuild(model, gpu, mixed_prompts, token_scale), use_cache)
+    return calibration_of(EngineBuild(model, gpu, mixed_prompts, token_scale, step_model=step_model), use_cache)
 
 
 def calibration_at_steps(model: str, gpu: str, max_batched_tokens: int, use_cache: bool = True) -> CalibrationRecord:

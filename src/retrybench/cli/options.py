@@ -341,6 +341,14 @@ def token_scale_option(help: str) -> Callable[[F], F]:
     return option("token-scale", type=click.FloatRange(min=1e-3, max=1.0), default=1.0, show_default=True, help=help)
 
 
+def step_model_option() -> Callable[[F], F]:
+    """`--step-model`: how the simulated engine prices a step (engine.profiles.STEP_MODELS)."""
+    return option("step-model", type=click.Choice(["kernels", "roofline"]), default=None,
+                  help="How the simulated engine prices a step: kernels (measured vLLM kernel times, the default "
+                       "where the database has the GPU) or roofline (rooflines with efficiency priors, for "
+                       "comparison; the CPU build's only model).")
+
+
 def jobs_option(help: str = "Parallel processes (default: cores).") -> Callable[[F], F]:
     return option("jobs", type=click.IntRange(min=1), default=None, help=help)
 

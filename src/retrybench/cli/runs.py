@@ -28,6 +28,7 @@ from retrybench.cli.options import (
     renamed,
     runs_option,
     seed_option,
+    step_model_option,
     time_scale_option,
     token_scale_option,
 )
@@ -56,12 +57,13 @@ def _block_names() -> list[str]:
 @time_scale_option(help="Live only. Wall seconds per model second: 1 is real time, 0.1 runs every clock, deadline "
                         "and policy timer ten times faster.")
 @token_scale_option("Every prompt and reply length times this: the paper's workload for a slower engine.")
+@step_model_option()
 @click.option("--stages", type=click.IntRange(min=1, max=30), default=None,
               help="Live only: stages to send at most (0.2 calls/s x 1.5^k); the first saturated one gives C-hat "
                    "(default: as many as the simulated calibration sends).")
 @out_option("Live only: where the logs go (default: a new directory under the cache).", "workdir", default=None)
 def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine: EngineChoice, time_scale: float,
-              token_scale: float, stages: int | None, workdir: Path | None) -> None:
+              token_scale: float, step_model: str | None, stages: int | None, workdir: Path | None) -> None:
     """Measure C-hat the paper's way (300-s stages, each 1.5x the last, until the queue grows):
     on the simulated engine, repeated on five independent traces and averaged; or once, live.
     Prints the calibration as JSON."""
@@ -72,7 +74,8 @@ def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine:
         return
     from retrybench.calibration.store import calibration_for
 
-    result = calibration_for(model, gpu, mixed_prompts, use_cache=not no_cache, token_scale=token_scale)
+    result = calibration_for(model, gpu, mixed_prompts, use_cache=not no_cache, token_scale=token_scale,
+                             step_model=step_model)
     brief = {k: v for k, v in result.items() if k != "runs"}
     brief["runs"] = [{"seed": run["seed"], "chat": run["chat"], "saturated_stage_rate": run["saturated_stage_rate"],
                       "saturated_stage_growth_per_s": run["saturated_stage_growth_per_s"]} for run in result["runs"]]
@@ -120,10 +123,11 @@ def _calibrate_live(engine: EngineChoice, model: str, gpu: str, mixed_prompts: b
 @out_option("Live runs: where the logs go (default: the run's directory under the cache).", "workdir", default=None)
 @token_scale_option("Every prompt and reply length times this (with --gpu cpu --model tiny-llama: 0.1, the "
                     "workload that profile was fitted on).")
+@step_model_option()
 def run(condition: str, client: str | None, model: str, seed: int, pulse_x: float, max_num_batched_tokens: int,
         gpu: str, mixed_prompts: bool, max_num_queued_reqs: int | None, as_json: bool, no_cache: bool,
         trace_path: Path | None, engine: EngineChoice, time_scale: float, workdir: Path | None,
-        token_scale: float) -> None:
+        token_scale: float, step_model: str | None) -> None:
     """One paper run: the trace under one condition, on the simulated engine or live."""
     from retrybench.calibration.store import chat_for
     from retrybench.conditions.config import ConfigError
@@ -138,7 +142,7 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
     spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
                    max_batched_tokens=max_num_batched_tokens, mixed_prompts=mixed_prompts,
                    engine_cap=max_num_queued_reqs,
-                   trace=True, token_scale=token_scale, client=client)
+                   trace=True, token_scale=token_scale, client=client, step_model=step_model)
     result: Mapping[str, Any]
     try:
         if engine.live:

@@ -29,6 +29,7 @@ class Batch:
     attention_pairs: float = 0.0
     context_tokens: int = 0
     decode_context_tokens: int = 0  # of those, the context of the decodes (one query token each)
+    chunks: list[tuple[int, int]] = field(default_factory=list)  # (tokens, prefix) of each entry
     explicit_decode: list[tuple[Request, int]] = field(default_factory=list)  # (request, epoch): one token each
     preempted: list[int] = field(default_factory=list)
     admitted: list[tuple[int, int]] = field(default_factory=list)  # (rid, prefix-cache hit tokens)

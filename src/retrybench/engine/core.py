@@ -174,7 +174,7 @@ class EngineCore:
                 continue
             start = inflight[-1].end_s if inflight else now
             duration = step_time_s(batch.seqs, batch.tokens, batch.sampled, batch.attention_pairs,
-                                   batch.context_tokens, batch.decode_context_tokens)
+                                   batch.context_tokens, batch.decode_context_tokens, batch.chunks)
             batch.start_s = start
             batch.end_s = start + duration
             inflight.append(batch)

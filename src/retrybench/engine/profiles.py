@@ -1,4 +1,12 @@
-"""GPU and model profiles: KV capacity and the time of one engine step, from published figures.
+"""GPU and model profiles: KV capacity and the time of one engine step.
+
+Two step models price a step (`EngineProfile.step_model`):
+
+- `kernels`, the default wherever NVIDIA's database of measured vLLM kernel latencies has the GPU:
+  every kernel's time read from the model's kernel table on that GPU (engine/kernel_steps.py,
+  engine/kernel_table.py), plus the host's fixed and per-sequence costs, the only fitted part;
+- `roofline`, kept for comparison and for vLLM's CPU build (which the database does not cover): the
+  rooflines and priors below.
 
 A forward pass runs its kernels one after the other on one stream, so a step's time is the sum of
 its phases, each bound by its own roofline (compute against memory), plus host costs:
@@ -29,17 +37,18 @@ KV reads (POD-Attention, Kamath et al., ASPLOS 2025, arXiv 2410.18038, measured 
 on each multiprocessor would speed hybrid-batch attention up by 28% on average, up to 59%: the
 overlap today's kernels leave out). So a decode riding in a prefill step pays its own KV read.
 
-Fitted numbers (scripts/fit_profiles.py), from the paper's calibration figures alone (Section 3.2):
-the GPU's fixed step cost and memory efficiency (of KV reads) with Qwen2.5-7B's linear_scale (to
-its C-hat, median TTFT and E2E at 1.52 calls/s), then each other model's linear_scale (to its
-C-hat). per_seq_s and attention_eff are priors (see fitted.toml).
+The roofline's fitted numbers (scripts/fit_profiles.py), from the paper's calibration figures alone
+(Section 3.2): the GPU's fixed step cost and memory efficiency (of KV reads) with Qwen2.5-7B's
+linear_scale (to its C-hat, median TTFT and E2E at 1.52 calls/s), then each other model's linear_scale
+(to its C-hat). per_seq_s and attention_eff are priors (see fitted.toml). The kernels model's host
+costs are fitted to Qwen2.5-7B's three figures alone (`fit_profiles.py --step-model kernels`).
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
@@ -47,12 +56,17 @@ from itertools import accumulate
 from typing import NotRequired, TypedDict, cast
 
 from retrybench.conditions.config import EngineConfig
+from retrybench.engine.kernel_steps import ChunkList, StepTimer, kernel_step_timer
+from retrybench.engine.kernel_store import kernel_table
+from retrybench.engine.kernel_table import Shapes
 from retrybench.engine.layer_table import LayerTable, layer_table
 
-__all__ = ["GPUS", "MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts", "elementwise_s_per_token",
-           "fitted_profiles", "gemm_roofline_ratios", "gemm_seconds", "profile_for"]
+__all__ = ["GPUS", "MODELS", "STEP_MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts",
+           "default_step_model", "elementwise_s_per_token", "fitted_profiles", "gemm_roofline_ratios", "gemm_seconds",
+           "kernel_host_costs", "profile_for"]
 
 GIB = 1024**3
+STEP_MODELS = ("kernels", "roofline")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +83,10 @@ class GpuSpec:
     # Measured GEMM and elementwise times (engine/layer_table.py): a packaged table's name (the H100's, for
     # the GPUs) or a table itself; None: the plain roofline.
     layer_profile: str | LayerTable | None = "h100_llama2_7b_layer_ms.csv"
+    # The kernel database's system and the vLLM version its kernels were measured with (the `kernels` step
+    # model, engine/kernel_steps.py); None: the GPU is not in it, and only the roofline prices its steps.
+    kernel_system: str | None = None
+    kernel_vllm: str | None = None
 
     def engine_defaults(self) -> EngineConfig:
         """vLLM's engine arguments on this platform (the paper's, with the platform's own settings)."""
@@ -88,6 +106,14 @@ class ModelSpec:
     head_dim: int
     vocab: int
     dtype_bytes: int = 2
+    architecture: str = "LlamaForCausalLM"  # config.json's: the kernel database prices the model's layers by it
+
+    @property
+    def shapes(self) -> Shapes:
+        """What the model's kernels depend on: the key of its kernel tables."""
+        return Shapes(architecture=self.architecture, layers=self.layers, hidden=self.hidden,
+                      intermediate=self.intermediate, heads=self.heads, kv_heads=self.kv_heads,
+                      head_dim=self.head_dim, vocab=self.vocab)
 
     @property
     def layer_params(self) -> int:
@@ -122,10 +148,12 @@ class ModelSpec:
 GPUS: dict[str, GpuSpec] = {
     # NVIDIA H100 SXM5 80 GB HBM3: 81,559 MiB reported, 3.35 TB/s, 989 TFLOP/s dense BF16.
     "h100": GpuSpec(name="NVIDIA H100 80GB HBM3 (SXM)", memory_bytes=81_559 * 1024**2,
-                    bandwidth_bytes_per_s=3.35e12, bf16_flops_per_s=989.4e12),
+                    bandwidth_bytes_per_s=3.35e12, bf16_flops_per_s=989.4e12, kernel_system="h100_sxm",
+                    kernel_vllm="0.24.0"),
     # NVIDIA H200 SXM 141 GB HBM3e: 143,771 MiB reported, 4.8 TB/s, same compute as H100.
     "h200": GpuSpec(name="NVIDIA H200 (SXM)", memory_bytes=143_771 * 1024**2,
-                    bandwidth_bytes_per_s=4.8e12, bf16_flops_per_s=989.4e12),
+                    bandwidth_bytes_per_s=4.8e12, bf16_flops_per_s=989.4e12, kernel_system="h200_sxm",
+                    kernel_vllm="0.24.0"),
     # vLLM's CPU build on a 2-core x86 machine with VLLM_CPU_KVCACHE_SPACE=2 (the real-engine tests'),
     # seen at time scale 0.1: its clocks are trace seconds, so the peaks are a tenth of the nominal
     # wall-clock ones (2 cores x 2 AVX-512 FMA units x 32 bf16 lanes x 2 x ~2 GHz; one DDR channel).
@@ -138,9 +166,9 @@ GPUS: dict[str, GpuSpec] = {
 MODELS: dict[str, ModelSpec] = {
     "qwen2.5-7b-instruct": ModelSpec(name="Qwen/Qwen2.5-7B-Instruct", layers=28, hidden=3584,
                                      intermediate=18944, heads=28, kv_heads=4, head_dim=128,
-                                     vocab=152_064),
+                                     vocab=152_064, architecture="Qwen2ForCausalLM"),
     "qwen3-14b": ModelSpec(name="Qwen/Qwen3-14B", layers=40, hidden=5120, intermediate=17408,
-                           heads=40, kv_heads=8, head_dim=128, vocab=151_936),
+                           heads=40, kv_heads=8, head_dim=128, vocab=151_936, architecture="Qwen3ForCausalLM"),
     "llama-3.1-8b-instruct": ModelSpec(name="meta-llama/Llama-3.1-8B-Instruct", layers=32,
                                        hidden=4096, intermediate=14336, heads=32, kv_heads=8,
                                        head_dim=128, vocab=128_256),
@@ -173,8 +201,16 @@ class _FittedGpu(TypedDict):
     layer_profile: NotRequired[str]
 
 
+class _FittedHost(TypedDict):
+    """One GPU's host costs under the `kernels` step model (its kernels are measured, not fitted)."""
+
+    fixed_s: float
+    per_seq_s: float
+
+
 class _Fitted(TypedDict):
     gpu: dict[str, _FittedGpu]
+    kernels: dict[str, _FittedHost]
 
 
 @cache
@@ -189,7 +225,19 @@ def fitted_profiles() -> list[tuple[str, str]]:
     return [(gpu, model) for gpu, table in _fitted()["gpu"].items() for model in table["linear_scale"]]
 
 
+def kernel_host_costs(gpu: str) -> tuple[StepCosts, str]:
+    """The host costs of the `kernels` step model on `gpu` and the GPU they were fitted on: the H100's
+    where `gpu` has none of its own (the paper's figures are the H100's). The efficiencies and the GEMM
+    scale are not read by that model, so they are 1."""
+    hosts = _fitted()["kernels"]
+    source = gpu if gpu in hosts else "h100"
+    host = hosts[source]
+    return StepCosts(fixed_s=float(host["fixed_s"]), per_seq_s=float(host["per_seq_s"]), linear_scale=1.0,
+                     attention_eff=1.0, memory_eff=1.0), source
+
+
 def fitted_costs(gpu: str, model: str) -> StepCosts:
+    """The roofline step model's fitted constants for a model on a GPU."""
     if (gpu, model) not in fitted_profiles():
         raise ValueError(f"no fitted step costs for {model} on {gpu}; fitted: "
                          + ", ".join(f"{m} on {g}" for g, m in fitted_profiles()))
@@ -222,6 +270,14 @@ class EngineProfile:
     model: ModelSpec
     engine: EngineConfig
     costs: StepCosts
+    step_model: str = "roofline"  # STEP_MODELS: how a step's kernels are priced
+
+    def __post_init__(self) -> None:
+        if self.step_model not in STEP_MODELS:
+            raise ValueError(f"unknown step model {self.step_model!r}; known: {', '.join(STEP_MODELS)}")
+        if self.step_model == "kernels" and self.gpu.kernel_system is None:
+            raise ValueError(f"the kernel database has no {self.gpu.name}: its steps are priced by the roofline "
+                             "(--step-model roofline)")
 
     @property
     def kv_blocks(self) -> int:
@@ -237,21 +293,34 @@ class EngineProfile:
         return blocks
 
     def step_time_s(self, *, seqs: int, tokens: int, sampled: int, attention_pairs: float,
-                    context_tokens: int, decode_context_tokens: int = 0) -> float:
+                    context_tokens: int, decode_context_tokens: int = 0, chunks: ChunkList = ()) -> float:
         """Time of one step.
 
         tokens: tokens computed this step (prefill chunks + one per decode); sampled: executions
         that sample a token; attention_pairs: sum over computed tokens of their context length;
         context_tokens: KV tokens read, summed over the step's executions; decode_context_tokens:
-        the part of both that belongs to decodes (one query token each).
+        the part of both that belongs to decodes (one query token each); chunks: (new tokens, prefix)
+        of each prefill chunk and slow-path decode (the `kernels` model prices each; the roofline reads
+        the sums above).
         """
-        return self.step_timer()(seqs, tokens, sampled, attention_pairs, context_tokens, decode_context_tokens)
+        return self.step_timer()(seqs, tokens, sampled, attention_pairs, context_tokens, decode_context_tokens,
+                                 chunks)
 
-    def step_timer(self) -> Callable[[int, int, int, float, int, int], float]:
+    def step_timer(self) -> StepTimer:
         """`step_time_s` with this profile's constants worked out once: the simulator times every
         step, and the constants (derived properties) cost more to recompute than the formula.
         Arguments are positional: (seqs, tokens, sampled, attention_pairs, context_tokens,
-        decode_context_tokens)."""
+        decode_context_tokens, chunks)."""
+        if self.step_model == "kernels":
+            gpu = self.gpu
+            assert gpu.kernel_system is not None and gpu.kernel_vllm is not None  # __post_init__ checked
+            shapes = json.dumps(self.model.shapes, sort_keys=True)
+            return kernel_step_timer(kernel_table(shapes, gpu.kernel_system, gpu.kernel_vllm),
+                                     fixed_s=self.costs.fixed_s, per_seq_s=self.costs.per_seq_s)
+        return self._roofline_timer()
+
+    def _roofline_timer(self) -> StepTimer:
+        """The roofline step model (see the module docstring)."""
         model, gpu, costs = self.model, self.gpu, self.costs
         peak, bandwidth = gpu.bf16_flops_per_s, gpu.bandwidth_bytes_per_s
         ratio = gemm_roofline_ratios(gpu.layer_profile, peak / bandwidth)
@@ -276,7 +345,7 @@ class EngineProfile:
         past_last = ratio[last]
 
         def step_time_s(seqs: int, tokens: int, sampled: int, attention_pairs: float, context_tokens: int,
-                        decode_context_tokens: int) -> float:
+                        decode_context_tokens: int, chunks: ChunkList = ()) -> float:
             linear = linear_s[tokens] if tokens <= last else past_last * layer_flop_s * tokens
             head = 0.0
             if sampled:
@@ -354,8 +423,15 @@ def elementwise_s_per_token(profile: str | LayerTable | None, hidden: int, inter
     return per_token * table.bandwidth / bandwidth
 
 
+def default_step_model(gpu: str) -> str:
+    """`kernels` where the kernel database has the GPU, else `roofline`."""
+    return "kernels" if GPUS[gpu].kernel_system is not None else "roofline"
+
+
 def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = None,
-                costs: StepCosts | None = None) -> EngineProfile:
+                costs: StepCosts | None = None, step_model: str | None = None) -> EngineProfile:
+    """The engine profile of `model` on `gpu`, its steps priced by `step_model` (default: kernels where
+    the database has the GPU) with that model's fitted constants unless `costs` are given."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
     if gpu not in GPUS:
@@ -365,5 +441,8 @@ def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = Non
     measured = table.get("layer_profile") if table is not None else None
     if measured is not None:  # a table measured on this GPU (scripts/fit_profiles.py --layer-profile)
         spec = replace(spec, layer_profile=str(measured))
+    chosen = step_model or default_step_model(gpu)
+    if costs is None:
+        costs = kernel_host_costs(gpu)[0] if chosen == "kernels" else fitted_costs(gpu, model)
     return EngineProfile(gpu_key=gpu, model_key=model, gpu=spec, model=MODELS[model],
-                         engine=engine or spec.engine_defaults(), costs=costs or fitted_costs(gpu, model))
+                         engine=engine or spec.engine_defaults(), costs=costs, step_model=chosen)

@@ -426,6 +426,7 @@ class Scheduler:
         batch.sampled += samples
         batch.attention_pairs += n * computed + n * (n + 1) / 2
         batch.context_tokens += computed + n
+        batch.chunks.append((n, computed))
 
     def _preempt(self, request: Request, batch: Batch) -> None:
         # Only requests in prefill are preempted while the decode group exists (they are the tail of

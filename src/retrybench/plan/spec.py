@@ -20,7 +20,7 @@ from retrybench.conditions.config import (
     load_condition,
 )
 from retrybench.control.router import FRONT_POLICIES, ROUTER_POLICIES
-from retrybench.engine.profiles import GPUS
+from retrybench.engine.profiles import GPUS, STEP_MODELS
 from retrybench.records.cache import code_version
 
 __all__ = ["DEPLOYMENT_DEFAULTS", "PROXY_STATES", "OverrideValue", "RunSpec", "condition_for", "engine_config_for"]
@@ -59,9 +59,16 @@ class RunSpec:
     proxies: int = 1  # proxy instances
     proxy_state: str = "per-instance"  # or "shared": one coalescing table, budget and queue for all
     front: str = "random"  # how attempts are spread over the instances: control.router.FRONT_POLICIES
+    # How the simulated engine prices a step (engine.profiles.STEP_MODELS); None: the GPU's default (the
+    # measured kernels where the database has the GPU).
+    step_model: str | None = None
 
     def __post_init__(self) -> None:
         _check_deployment(self)
+        if self.step_model is not None and self.step_model not in STEP_MODELS:
+            raise ConfigError(f"step_model must be one of {', '.join(STEP_MODELS)}, got {self.step_model!r}")
+        if self.step_model == "kernels" and any(GPUS[g].kernel_system is None for g in self.gpus() if g in GPUS):
+            raise ConfigError(f"the kernel database has no {self.gpu} GPU: use step_model 'roofline'")
 
     @property
     def deployed(self) -> bool:
@@ -75,11 +82,13 @@ class RunSpec:
         return tuple(g.strip() for g in self.replica_gpus.split(","))
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields as a dict, without `client` and `overrides` when unset: a run with the condition's
-        own policies keeps the record, the run log and the cache key it had before either existed."""
+        """The fields as a dict, without `client`, `overrides` and `step_model` when unset: a run with the
+        condition's own policies keeps the record, the run log and the cache key it had before they existed."""
         record = asdict(self)
         if self.client is None:
             del record["client"]
+        if self.step_model is None:
+            del record["step_model"]
         if self.overrides:
             record["overrides"] = dict(self.overrides)
         else:

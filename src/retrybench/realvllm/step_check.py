@@ -10,15 +10,15 @@ comparison disagrees before touching a constant. Pure: the caller reads the trac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from statistics import median
 
+from retrybench.engine.kernel_steps import StepTimer
 from retrybench.records.tracefile import TraceEvent
 
 __all__ = ["StepClass", "StepSample", "classify", "step_samples", "summarize_classes"]
 
-StepTimer = Callable[[int, int, int, float, int, int], float]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +60,7 @@ def _priced(step: TraceEvent, prompt_len: Mapping[int, int], computed: dict[int,
     seqs = tokens = sampled = context = decode_context = 0
     pairs = 0.0
     prefill = 0
+    chunks: list[tuple[int, int]] = []
     for rid_text, n in step.get("prompt_tokens", {}).items():
         rid, n = int(rid_text), int(n)
         before = computed.get(rid, 0)
@@ -69,6 +70,7 @@ def _priced(step: TraceEvent, prompt_len: Mapping[int, int], computed: dict[int,
         sampled += 1 if before + n >= prompt_len.get(rid, before + n) else 0
         pairs += n * before + n * (n + 1) / 2
         context += before + n
+        chunks.append((n, before))
         computed[rid] = before + n
     decodes = [int(rid) for rid in step.get("decode", [])]
     for rid in decodes:
@@ -80,7 +82,7 @@ def _priced(step: TraceEvent, prompt_len: Mapping[int, int], computed: dict[int,
     sampled += len(decodes)
     pairs += decode_context
     context += decode_context
-    model_s = timer(seqs, tokens, sampled, pairs, context, decode_context) / speed * time_scale
+    model_s = timer(seqs, tokens, sampled, pairs, context, decode_context, chunks) / speed * time_scale
     return StepSample(live_s=float(step["end_s"]) - float(step["start_s"]), model_s=model_s,
                       prefill_tokens=prefill, decodes=len(decodes), seqs=seqs)
 

@@ -29,6 +29,7 @@ __all__ = ["ENTRY_FORMAT", "DamagedEntry", "cache_dir", "cached_json", "code_ver
 _NOT_RESULTS = ("report", "sweep", "cli", "runs/reproduce.py", "runs/display.py")
 
 T = TypeVar("T")
+_RESULT_FILES = (".py", ".toml", ".csv", ".json")  # code, policies, fitted constants, layer and kernel tables
 
 ENTRY_FORMAT = "retrybench-cache/1"
 _ENVELOPE = {"format", "sha256", "data"}  # an entry's keys: the digest is of the data's canonical JSON
@@ -42,7 +43,7 @@ def code_version() -> str:
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
         parts = relative.parts
-        if path.suffix in (".py", ".toml") and "__pycache__" not in parts and parts[0] not in _NOT_RESULTS \
+        if path.suffix in _RESULT_FILES and "__pycache__" not in parts and parts[0] not in _NOT_RESULTS \
                 and relative.as_posix() not in _NOT_RESULTS:
             digest.update(str(relative).encode())
             digest.update(path.read_bytes())

@@ -36,6 +36,7 @@ class SpecFields(TypedDict):
     proxies: NotRequired[ReadOnly[int]]
     proxy_state: NotRequired[ReadOnly[str]]
     front: NotRequired[ReadOnly[str]]
+    step_model: NotRequired[ReadOnly[str]]  # how the engine priced a step, where not the GPU's default
 
 
 class Metrics(TypedDict):

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from retrybench.calibration.store import Build, EngineBuild, build_of, calibrate_missing, calibration_of
+from retrybench.calibration.store import Build, build_of, calibrate_missing, calibration_of
 from retrybench.plan.spec import RunSpec
 
 __all__ = ["PlannedRun", "RunPlan", "plan_live", "plan_runs"]
@@ -58,7 +58,7 @@ def plan_live(specs: Iterable[RunSpec], chat: float | None = None, use_cache: bo
     ordered = tuple(specs)
     if chat is not None:
         return RunPlan(tuple(PlannedRun(spec, chat) for spec in ordered))
-    builds = {spec: EngineBuild(spec.model, spec.gpu, spec.mixed_prompts, spec.token_scale) for spec in ordered}
+    builds = {spec: build_of(spec) for spec in ordered}
     chats: dict[Build, float] = {build: float(calibration_of(build, use_cache)["chat"])
                                  for build in dict.fromkeys(builds.values())}
     return RunPlan(tuple(PlannedRun(spec, chats[builds[spec]]) for spec in ordered), chats)

@@ -36,7 +36,7 @@ def simulate_spec(spec: RunSpec, chat: float, trace: TraceEvents | None = None) 
     several replicas or proxy instances); the engine's events appended to `trace` when given."""
     condition = condition_for(spec)
     engine, cap = engine_config_for(spec, condition, chat)
-    profile = profile_for(spec.model, spec.gpu, engine)
+    profile = profile_for(spec.model, spec.gpu, engine, step_model=spec.step_model)
     workload = spec.workload(chat)
     calls = generate_trace(workload, spec.seed).calls
     meta = {

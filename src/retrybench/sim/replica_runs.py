@@ -38,5 +38,5 @@ def replica_profiles(spec: RunSpec, cap: int | str | None = None) -> list[Engine
     for gpu in spec.gpus():
         engine = replace(GPUS[gpu].engine_defaults(), max_num_batched_tokens=spec.max_batched_tokens,
                          max_num_queued_reqs=resolved)
-        profiles.append(profile_for(spec.model, gpu, engine))
+        profiles.append(profile_for(spec.model, gpu, engine, step_model=spec.step_model))
     return profiles
