@@ -30,10 +30,13 @@ from retrybench.cli.options import (
     seed_option,
     time_scale_option,
     token_scale_option,
+    workload_options,
 )
+from retrybench.cli.workload import workload_spec_fields
 
 if TYPE_CHECKING:
     from retrybench.plan.engine_choice import EngineChoice
+    from retrybench.traffic.recorded import Pulse
 
 __all__ = ["block", "calibrate", "run"]
 
@@ -120,10 +123,12 @@ def _calibrate_live(engine: EngineChoice, model: str, gpu: str, mixed_prompts: b
 @out_option("Live runs: where the logs go (default: the run's directory under the cache).", "workdir", default=None)
 @token_scale_option("Every prompt and reply length times this (with --gpu cpu --model tiny-llama: 0.1, the "
                     "workload that profile was fitted on).")
+@workload_options
 def run(condition: str, client: str | None, model: str, seed: int, pulse_x: float, max_num_batched_tokens: int,
         gpu: str, mixed_prompts: bool, max_num_queued_reqs: int | None, as_json: bool, no_cache: bool,
         trace_path: Path | None, engine: EngineChoice, time_scale: float, workdir: Path | None,
-        token_scale: float) -> None:
+        token_scale: float, workload: Path | None, workload_format: str | None, rate_x: float | None,
+        pulses: tuple[Pulse, ...]) -> None:
     """One paper run: the trace under one condition, on the simulated engine or live."""
     from retrybench.calibration.store import chat_for
     from retrybench.conditions.config import ConfigError
@@ -135,12 +140,13 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
     if engine.kind == "url" and time_scale != 1.0 and gpu != "cpu":
         raise click.UsageError("an external engine runs in real time: --time-scale applies to engine-server only "
                                "(and to a real vLLM on a CPU with --gpu cpu, whose profile is at time scale 0.1)")
-    spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
-                   max_batched_tokens=max_num_batched_tokens, mixed_prompts=mixed_prompts,
-                   engine_cap=max_num_queued_reqs,
-                   trace=True, token_scale=token_scale, client=client)
+    recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,))
     result: Mapping[str, Any]
     try:
+        spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
+                       max_batched_tokens=max_num_batched_tokens, mixed_prompts=mixed_prompts,
+                       engine_cap=max_num_queued_reqs, trace=True, token_scale=token_scale, client=client,
+                       **recorded)  # type: ignore[arg-type]
         if engine.live:
             console().print(f"live run: {condition}, {947 * time_scale:.0f}+ s wall; logs in {workdir or 'the cache'}")
             result = run_one_live(spec, engine, time_scale=time_scale, workdir=workdir, use_cache=not no_cache)
