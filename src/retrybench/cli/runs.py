@@ -146,7 +146,7 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
         spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
                        max_batched_tokens=max_num_batched_tokens, mixed_prompts=mixed_prompts,
                        engine_cap=max_num_queued_reqs, trace=True, token_scale=token_scale, client=client,
-                       **recorded)  # type: ignore[arg-type]
+                       **recorded)
         if engine.live:
             console().print(f"live run: {condition}, {947 * time_scale:.0f}+ s wall; logs in {workdir or 'the cache'}")
             result = run_one_live(spec, engine, time_scale=time_scale, workdir=workdir, use_cache=not no_cache)

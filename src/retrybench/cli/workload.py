@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from retrybench.plan.recorded import WorkloadFields
     from retrybench.traffic.recorded import Pulse
 
 __all__ = ["workload_spec_fields"]
 
 
 def workload_spec_fields(workload: Path | None, workload_format: str | None, rate_x: float | None,
-                         pulses: Sequence[Pulse], *, gpus: Sequence[str]) -> dict[str, object]:
+                         pulses: Sequence[Pulse], *, gpus: Sequence[str]) -> WorkloadFields:
     """RunSpec's fields for the options as given: none for the paper's trace."""
     if workload is None:
         given = [name for name, value in (("--workload-format", workload_format), ("--rate-x", rate_x),

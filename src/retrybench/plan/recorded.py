@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 from retrybench.conditions.config import ConfigError
 from retrybench.engine.profiles import GPUS
@@ -18,7 +19,17 @@ from retrybench.traffic.recorded import Pulse, recorded_trace
 from retrybench.traffic.workload import Trace, generate_trace
 from retrybench.traffic.workload_file import RecordedWorkload, WorkloadFileError, read_workload
 
-__all__ = ["check_lengths", "trace_for", "workload_fields"]
+__all__ = ["WorkloadFields", "check_lengths", "trace_for", "workload_fields"]
+
+
+class WorkloadFields(TypedDict, total=False):
+    """RunSpec's recorded-workload fields; none of them for the paper's trace."""
+
+    workload_file: str
+    workload_digest: str
+    workload_format: str
+    rate_x: float | None
+    pulses: tuple[tuple[float, float, float], ...]
 
 
 def check_lengths(workload: RecordedWorkload, max_model_len: int) -> None:
@@ -36,7 +47,7 @@ def _max_model_len(gpus: Sequence[str]) -> int:
 
 
 def workload_fields(path: Path, fmt: str | None, *, gpus: Sequence[str], rate_x: float | None = None,
-                    pulses: Sequence[Pulse] = ()) -> dict[str, object]:
+                    pulses: Sequence[Pulse] = ()) -> WorkloadFields:
     """RunSpec's recorded-workload fields for the file at `path` read as `fmt` (None: from its header), once
     it has been read and checked whole; WorkloadFileError names the file, line and field of a bad row."""
     workload, digest = read_workload(path, fmt)
