@@ -14,11 +14,12 @@ import pytest
 from click.testing import CliRunner
 
 from retrybench.calibration import store
+from retrybench.calibration.store import EngineBuild
 from retrybench.cli.main import main
 from retrybench.conditions.config import ConfigError
 from retrybench.plan.recorded import trace_for, workload_fields
 from retrybench.plan.spec import WORKLOAD_DEFAULTS, RunSpec
-from retrybench.records.cache import code_version
+from retrybench.records.cache import code_version, write_entry
 from retrybench.records.runlog import RunLog
 from retrybench.traffic.recorded import Pulse
 from retrybench.traffic.workload import generate_trace
@@ -174,3 +175,34 @@ def test_run_refuses_a_bad_file_or_option_before_any_run(args: list[str], messag
     result = run(*(a.format(bad=bad, good=trace_file) for a in args))
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.stderr.split())
+
+
+# -- retrybench sweep --workload ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def seeded_chat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """C-hat in the cache itself, where a sweep's worker processes read it too."""
+    monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path / "cache"))
+    write_entry(EngineBuild(QWEN).path(), {"chat": CHAT})
+
+
+@pytest.mark.usefixtures("seeded_chat")
+def test_a_sweep_over_rate_x_runs_the_file_at_each_rate(trace_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["sweep", "--condition", CONDITION, "--axis", "rate_x=0.5,1", "--model", QWEN,
+                                       "--jobs", "1", "--workload", str(trace_file), "--pulse", "3:4:2",
+                                       "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    assert [row["rate_x"] for row in rows] == [0.5, 1.0] and not any(row.get("error") for row in rows)
+    for row in rows:
+        spec = recorded_spec(trace_file, rate_x=row["rate_x"], pulses=[Pulse(3.0, 4.0, 2.0)])
+        assert row["key"] == spec.key()  # the very run `retrybench run --workload ... --rate-x` computes
+
+
+@pytest.mark.usefixtures("seeded_chat")
+def test_a_sweep_over_rate_x_needs_a_workload(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["sweep", "--condition", CONDITION, "--axis", "rate_x=0.5,1", "--model", QWEN,
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "rate_x need a recorded workload" in " ".join(result.stderr.split())
