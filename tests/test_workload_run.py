@@ -206,3 +206,8 @@ def test_a_sweep_over_rate_x_needs_a_workload(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["sweep", "--condition", CONDITION, "--axis", "rate_x=0.5,1", "--model", QWEN,
                                        "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "rate_x need a recorded workload" in " ".join(result.stderr.split())
+
+
+def test_the_engine_server_does_not_replay_a_recorded_workload(trace_file: Path) -> None:
+    result = run("--workload", str(trace_file), "--engine", "engine-server")
+    assert result.exit_code == 2 and "--workload runs on the simulated engine" in " ".join(result.stderr.split())

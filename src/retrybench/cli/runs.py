@@ -140,7 +140,7 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
     if engine.kind == "url" and time_scale != 1.0 and gpu != "cpu":
         raise click.UsageError("an external engine runs in real time: --time-scale applies to engine-server only "
                                "(and to a real vLLM on a CPU with --gpu cpu, whose profile is at time scale 0.1)")
-    recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,))
+    recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,), engine=engine)
     result: Mapping[str, Any]
     try:
         spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,

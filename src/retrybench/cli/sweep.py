@@ -80,7 +80,7 @@ def sweep(ctx: click.Context, conditions: tuple[str, ...], axis_texts: tuple[str
         given = ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
         if given and any(t.partition("=")[0].strip() == name for t in axis_texts):
             raise click.UsageError(f"--{name.replace('_', '-')} and --axis {name} both given: keep one")
-    recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,))
+    recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,), engine=engine)
     try:
         planned = plan_sweep(conditions=",".join(conditions), axes=axis_texts, seeds=seeds,
                              model=model or PAPER_MODELS[0], gpu=gpu, find=find, resolution=resolution, until=until,
