@@ -163,7 +163,9 @@ def test_run_caches_by_the_file_s_content(trace_file: Path) -> None:
     (["--pulse", "3:4:2"], "--pulse go with --workload"),
     (["--rate-x", "0.5"], "--rate-x go with --workload"),
     (["--workload", "{bad}"], "bad.csv: line 3: output_tokens: not a whole number: 'x'"),
-    (["--workload", "{good}", "--pulse-x", "3"], "pulse_x is the paper's pulse"),
+    (["--workload", "{good}", "--pulse-x", "3"], "--pulse-x is the paper's pulse"),
+    (["--workload", "{good}", "--pulse-x", "2.7"], "--pulse-x is the paper's pulse"),
+    (["--workload", "{good}", "--token-scale", "0.5"], "mixed_prompts and token_scale change the paper's trace"),
     (["--workload", "{good}", "--pulse", "3:4"], "give AT:DURATION:X"),
     (["--workload", "{good}", "--workload-format", "azure"], "missing required column 'TIMESTAMP'"),
 ])
@@ -211,3 +213,15 @@ def test_a_sweep_over_rate_x_needs_a_workload(tmp_path: Path) -> None:
 def test_the_engine_server_does_not_replay_a_recorded_workload(trace_file: Path) -> None:
     result = run("--workload", str(trace_file), "--engine", "engine-server")
     assert result.exit_code == 2 and "--workload runs on the simulated engine" in " ".join(result.stderr.split())
+
+
+@pytest.mark.usefixtures("fixed_chat")
+def test_the_table_shows_the_bursts_in_place_of_the_paper_s_pulse(trace_file: Path) -> None:
+    bursts = CliRunner().invoke(main, ["run", "--condition", CONDITION, "--model", QWEN, "--workload", str(trace_file),
+                                       "--pulse", "3:4:2", "--pulse", "8:1:1.5"])
+    assert bursts.exit_code == 0, bursts.output
+    assert "3:4:2 8:1:1.5" in bursts.stdout and "2.7" not in bursts.stdout
+    plain = CliRunner().invoke(main, ["run", "--condition", CONDITION, "--model", QWEN, "--workload", str(trace_file)])
+    assert plain.exit_code == 0, plain.output
+    [row] = [line for line in plain.stdout.splitlines() if QWEN in line]
+    assert [cell.strip() for cell in row.split("│")][4] == "-"  # model, condition, seed, then the pulse column

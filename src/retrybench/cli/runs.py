@@ -140,6 +140,10 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
     if engine.kind == "url" and time_scale != 1.0 and gpu != "cpu":
         raise click.UsageError("an external engine runs in real time: --time-scale applies to engine-server only "
                                "(and to a real vLLM on a CPU with --gpu cpu, whose profile is at time scale 0.1)")
+    pulse_x_source = click.get_current_context().get_parameter_source("pulse_x")
+    pulse_x_given = pulse_x_source is not click.core.ParameterSource.DEFAULT
+    if workload is not None and pulse_x_given:
+        raise click.UsageError("--pulse-x is the paper's pulse: over --workload, give --pulse AT:DURATION:X")
     recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,), engine=engine)
     result: Mapping[str, Any]
     try:
