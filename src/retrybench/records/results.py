@@ -36,6 +36,12 @@ class SpecFields(TypedDict):
     proxies: NotRequired[ReadOnly[int]]
     proxy_state: NotRequired[ReadOnly[str]]
     front: NotRequired[ReadOnly[str]]
+    # A recorded workload (spec.WORKLOAD_DEFAULTS), present only where the run replays one.
+    workload_file: NotRequired[ReadOnly[str]]
+    workload_digest: NotRequired[ReadOnly[str]]
+    workload_format: NotRequired[ReadOnly[str]]
+    rate_x: NotRequired[ReadOnly[float]]
+    pulses: NotRequired[ReadOnly[list[list[float]]]]
 
 
 class Metrics(TypedDict):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from retrybench.conditions.config import WorkloadSpec
-from retrybench.traffic.workload import Call, Trace, _poisson
+from retrybench.traffic.workload import Call, Trace, poisson_arrivals
 from retrybench.traffic.workload_file import RecordedWorkload, Row
 
 __all__ = ["MAX_RATE_X", "Pulse", "parse_pulse", "recorded_trace", "rescaled"]
@@ -80,7 +80,7 @@ def _bursts(rows: Sequence[Row], pulses: Sequence[Pulse], chat: float, seed: int
     rng = np.random.default_rng([seed, 4])
     found: list[tuple[float, Row]] = []
     for pulse in pulses:
-        times = _poisson(rng, pulse.x * chat, pulse.at_s, pulse.end_s)
+        times = poisson_arrivals(rng, pulse.x * chat, pulse.at_s, pulse.end_s)
         picks = rng.integers(0, len(rows), len(times)).tolist()
         found += [(t, rows[i]) for t, i in zip(times, picks, strict=True)]
     return found
