@@ -225,3 +225,26 @@ def test_the_table_shows_the_bursts_in_place_of_the_paper_s_pulse(trace_file: Pa
     assert plain.exit_code == 0, plain.output
     [row] = [line for line in plain.stdout.splitlines() if QWEN in line]
     assert [cell.strip() for cell in row.split("│")][4] == "-"  # model, condition, seed, then the pulse column
+
+
+@pytest.mark.usefixtures("fixed_chat")
+@pytest.mark.parametrize(("name", "text", "calls"), [
+    ("azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,4808,10\n"
+                  "2023-11-16 18:15:50.9951690,3180,8\n2023-11-16 18:15:47.0000000,110,27\n",
+     [(4808, 10), (110, 27), (3180, 8)]),
+    ("burstgpt.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "5,ChatGPT,472,18,490,Conversation log\n45,GPT-4,1087,136,1223,Conversation log\n"
+                     "118,ChatGPT,417,217,634,API log\n", [(472, 18), (1087, 136), (417, 217)]),
+])
+def test_run_replays_azure_and_burstgpt_files_without_a_shared_prefix(name: str, text: str,
+                                                                      calls: list[tuple[int, int]],
+                                                                      tmp_path: Path) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    result = run("--workload", str(path), "--trace", str(tmp_path / "engine.jsonl"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["workload_format"] == name.removesuffix(".csv")
+    assert summary["calls"] == summary["calls_delivered"] == 3
+    log = RunLog.from_json(Path(summary["run_log"]).read_text())
+    assert [(c.prompt_tokens, c.response_tokens) for c in log.calls] == calls  # in arrival order
