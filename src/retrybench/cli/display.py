@@ -42,6 +42,13 @@ def show(results: Sequence[Mapping[str, Any]], as_json: bool) -> None:
         sys.exit(1)
 
 
+def _pulse(result: Mapping[str, Any]) -> str:
+    """The pulse column: the paper's pulse_x, or a recorded workload's bursts as AT:DURATION:X (- for none)."""
+    if "workload_file" not in result:
+        return str(result["pulse_x"])
+    return " ".join(":".join(f"{v:g}" for v in pulse) for pulse in result.get("pulses", ())) or "-"
+
+
 def print_table(results: Sequence[Mapping[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -49,8 +56,8 @@ def print_table(results: Sequence[Mapping[str, Any]]) -> None:
     table = Table("model", "condition", "seed", "pulse xC", *HEADERS, title="retrybench runs (simulated engine)")
     for r in results:
         if "error" in r:
-            table.add_row(r["model"], r["condition"], str(r["seed"]), str(r["pulse_x"]), f"FAILED: {r['error']}")
+            table.add_row(r["model"], r["condition"], str(r["seed"]), _pulse(r), f"FAILED: {r['error']}")
             continue
-        table.add_row(r["model"], r["condition"], str(r["seed"]), str(r["pulse_x"]),
+        table.add_row(r["model"], r["condition"], str(r["seed"]), _pulse(r),
                       *("-" if r.get(c) is None else str(r[c]) for c in SUMMARY_COLUMNS))
     Console(width=None if sys.stdout.isatty() else 200).print(table)

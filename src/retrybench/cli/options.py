@@ -64,6 +64,7 @@ __all__ = [
     "seeds_counted",
     "time_scale_option",
     "token_scale_option",
+    "workload_options",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -102,6 +103,10 @@ VOCABULARY: dict[str, Concept] = {
                                       ("--max-batched-tokens",)),
     "engine-connect-timeout": Concept("--engine-connect-timeout", "the proxy's limit to connect to the engine",
                                       ("--upstream-connect-timeout",)),
+    "workload": Concept("--workload", "a recorded workload file replayed in place of the paper's base load"),
+    "workload-format": Concept("--workload-format", "the format of the --workload file"),
+    "rate-x": Concept("--rate-x", "the --workload file's arrival rate rescaled to this multiple of C-hat"),
+    "pulse": Concept("--pulse", "a burst over the --workload file: AT:DURATION:X"),
     "engine-idle-timeout": Concept("--engine-idle-timeout", "the proxy's limit on an engine's silence",
                                    ("--upstream-idle-timeout",)),
 }
@@ -379,6 +384,39 @@ def max_num_queued_reqs_option(help: str) -> Callable[[F], F]:
 
 def max_num_batched_tokens_option(help: str) -> Callable[[F], F]:
     return option("max-num-batched-tokens", type=click.IntRange(min=16), default=8192, show_default=True, help=help)
+
+
+class PulseText(click.ParamType):  # type: ignore[type-arg]
+    """`--pulse AT:DURATION:X`, checked when parsed (traffic.recorded.parse_pulse)."""
+
+    name = "AT:DURATION:X"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from retrybench.traffic.recorded import Pulse, parse_pulse
+
+        if isinstance(value, Pulse):
+            return value
+        try:
+            return parse_pulse(str(value))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+def workload_options(f: F) -> F:
+    """`--workload FILE`, `--workload-format`, `--rate-x` and `--pulse` (repeatable): a recorded workload in
+    place of the paper's trace (docs/workloads.md)."""
+    f = option("pulse", "pulses", type=PulseText(), multiple=True, metavar="AT:DURATION:X",
+               help="With --workload, repeatable: a burst of Poisson arrivals at X times C-hat for DURATION s from "
+                    "AT s, each call's prompt and output lengths those of a random row of the file (default: no "
+                    "burst).")(f)
+    f = option("rate-x", type=click.FloatRange(min=0, min_open=True, max=100), default=None,
+               help="With --workload: stretch or compress its arrival times so its mean rate is X times C-hat "
+                    "(default: the times as recorded).")(f)
+    f = option("workload-format", type=click.Choice(["own", "azure", "burstgpt"]), default=None,
+               help="The --workload file's format (default: detected from its header).")(f)
+    return option("workload", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+                  help="Replay this recorded workload (CSV or JSONL: the project's own columns, Azure's LLM "
+                       "inference trace or BurstGPT's) in place of the paper's trace and pulse; docs/workloads.md.")(f)
 
 
 def _engine(*allowed: EngineKind) -> Callable[[click.Context, click.Parameter, str], EngineChoice]:

@@ -31,10 +31,13 @@ from retrybench.cli.options import (
     step_model_option,
     time_scale_option,
     token_scale_option,
+    workload_options,
 )
+from retrybench.cli.workload import workload_spec_fields
 
 if TYPE_CHECKING:
     from retrybench.plan.engine_choice import EngineChoice
+    from retrybench.traffic.recorded import Pulse
 
 __all__ = ["block", "calibrate", "run"]
 
@@ -124,10 +127,12 @@ def _calibrate_live(engine: EngineChoice, model: str, gpu: str, mixed_prompts: b
 @token_scale_option("Every prompt and reply length times this (with --gpu cpu --model tiny-llama: 0.1, the "
                     "workload that profile was fitted on).")
 @step_model_option()
+@workload_options
 def run(condition: str, client: str | None, model: str, seed: int, pulse_x: float, max_num_batched_tokens: int,
         gpu: str, mixed_prompts: bool, max_num_queued_reqs: int | None, as_json: bool, no_cache: bool,
         trace_path: Path | None, engine: EngineChoice, time_scale: float, workdir: Path | None,
-        token_scale: float, step_model: str | None) -> None:
+        token_scale: float, step_model: str | None, workload: Path | None, workload_format: str | None,
+        rate_x: float | None, pulses: tuple[Pulse, ...]) -> None:
     """One paper run: the trace under one condition, on the simulated engine or live."""
     from retrybench.calibration.store import chat_for
     from retrybench.conditions.config import ConfigError
@@ -139,12 +144,17 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
     if engine.kind == "url" and time_scale != 1.0 and gpu != "cpu":
         raise click.UsageError("an external engine runs in real time: --time-scale applies to engine-server only "
                                "(and to a real vLLM on a CPU with --gpu cpu, whose profile is at time scale 0.1)")
-    spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
-                   max_batched_tokens=max_num_batched_tokens, mixed_prompts=mixed_prompts,
-                   engine_cap=max_num_queued_reqs,
-                   trace=True, token_scale=token_scale, client=client, step_model=step_model)
+    pulse_x_source = click.get_current_context().get_parameter_source("pulse_x")
+    pulse_x_given = pulse_x_source is not click.core.ParameterSource.DEFAULT
+    if workload is not None and pulse_x_given:
+        raise click.UsageError("--pulse-x is the paper's pulse: over --workload, give --pulse AT:DURATION:X")
+    recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,), engine=engine)
     result: Mapping[str, Any]
     try:
+        spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
+                       max_batched_tokens=max_num_batched_tokens, mixed_prompts=mixed_prompts,
+                       engine_cap=max_num_queued_reqs, trace=True, token_scale=token_scale, client=client,
+                       step_model=step_model, **recorded)
         if engine.live:
             console().print(f"live run: {condition}, {947 * time_scale:.0f}+ s wall; logs in {workdir or 'the cache'}")
             result = run_one_live(spec, engine, time_scale=time_scale, workdir=workdir, use_cache=not no_cache)

@@ -22,10 +22,13 @@ from retrybench.cli.options import (
     out_option,
     seeds_counted,
     time_scale_option,
+    workload_options,
 )
+from retrybench.cli.workload import workload_spec_fields
 
 if TYPE_CHECKING:
     from retrybench.plan.engine_choice import EngineChoice
+    from retrybench.traffic.recorded import Pulse
 
 __all__ = ["sweep"]
 
@@ -36,7 +39,8 @@ __all__ = ["sweep"]
                        "of the page.")
 @click.option("--axis", "axis_texts", multiple=True, metavar="NAME=VALUES",
               help="Repeatable: NAME=V1,V2,... or NAME=START:STOP:STEP (STOP included). NAME is a run-spec field "
-                   "(pulse_x, engine_cap, max_batched_tokens, token_scale, mixed_prompts, model, gpu, client) or a "
+                   "(pulse_x, engine_cap, max_batched_tokens, token_scale, mixed_prompts, model, gpu, client; "
+                   "with --workload, rate_x) or a "
                    "policy field over the condition's (proxy.defer_s, proxy.budget_ratio, client.attempt_timeout_s, "
                    "... any [proxy] or [client] field of a policy file).")
 @option("seed", "seeds", type=SEEDS, default="1", show_default=True,
@@ -59,10 +63,12 @@ __all__ = ["sweep"]
                     "the proxy, one after another, each condition under its own policy (no policy axes).")
 @time_scale_option(help="Live runs only. Wall seconds per model second: 1 is real time, 0.1 runs every clock, "
                         "deadline and policy timer ten times faster.")
+@workload_options
 @click.pass_context
 def sweep(ctx: click.Context, conditions: tuple[str, ...], axis_texts: tuple[str, ...], seeds: tuple[int, ...],
           model: str | None, gpu: str, find: str | None, until: str, resolution: str | None, out: Path, executor: str,
-          address: str | None, jobs: int | None, engine: EngineChoice, time_scale: float) -> None:
+          address: str | None, jobs: int | None, engine: EngineChoice, time_scale: float, workload: Path | None,
+          workload_format: str | None, rate_x: float | None, pulses: tuple[Pulse, ...]) -> None:
     """Map run parameters (axes) x conditions x seeds on the simulated engine or live, through the result
     cache (resumable, under any executor); write sweep.json and a page of phase diagrams (recovery and hold
     delivered per cell) with the critical value of the first numeric axis, or of --find's, per cell."""
@@ -70,13 +76,15 @@ def sweep(ctx: click.Context, conditions: tuple[str, ...], axis_texts: tuple[str
     from retrybench.runs.display import RichDisplay
     from retrybench.sweep.service import INTERRUPTED, SweepError, plan_sweep, run_sweep, sweep_executor
 
-    for name in ("model", "gpu"):
+    for name in ("model", "gpu", "rate_x"):
         given = ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
         if given and any(t.partition("=")[0].strip() == name for t in axis_texts):
-            raise click.UsageError(f"--{name} and --axis {name} both given: keep one")
+            raise click.UsageError(f"--{name.replace('_', '-')} and --axis {name} both given: keep one")
+    recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,), engine=engine)
     try:
         planned = plan_sweep(conditions=",".join(conditions), axes=axis_texts, seeds=seeds,
-                             model=model or PAPER_MODELS[0], gpu=gpu, find=find, resolution=resolution, until=until)
+                             model=model or PAPER_MODELS[0], gpu=gpu, find=find, resolution=resolution, until=until,
+                             recorded=recorded)
         chosen = sweep_executor(executor, jobs=jobs, address=address, engine=engine, time_scale=time_scale)
         outcome = run_sweep(planned, chosen, out=out, command=" ".join(["retrybench", *sys.argv[1:]]),
                             display=RichDisplay(console()))

@@ -33,12 +33,13 @@ from retrybench.engine.profiles import profile_for
 from retrybench.engine_server.engine_server import EngineServerSettings, engine_server_command
 from retrybench.loadgen.assemble import Scrape, assemble_run_log, merge_proxy_logs
 from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, run_load
+from retrybench.plan.recorded import trace_for
 from retrybench.plan.spec import RunSpec, engine_config_for
 from retrybench.proxy.eventlog import PROXY_LOG, read_event_log
 from retrybench.records.runlog import RunLog, RunMeta
 from retrybench.serving.aio import metric_sums, run_event_loop
 from retrybench.serving.launch import ServerProcess, free_port
-from retrybench.traffic.workload import Trace, generate_trace
+from retrybench.traffic.workload import Trace
 
 __all__ = ["LiveRun", "ProxyLauncher", "deployment_run_log", "drive", "proxy_process", "run_live"]
 
@@ -126,8 +127,8 @@ def run_live(spec: RunSpec, *, time_scale: float, workdir: Path, chat: float, st
     if client is not None:
         condition = replace(condition, client=client)
     engine_config, cap = engine_config_for(spec, condition, chat)
-    workload = spec.workload(chat) if trace is None else trace.spec
-    trace = trace if trace is not None else generate_trace(workload, spec.seed)
+    trace = trace if trace is not None else trace_for(spec, chat)
+    workload = trace.spec
     workdir.mkdir(parents=True, exist_ok=True)
     proxy_log = workdir / PROXY_LOG
     with _engine(spec, engine_url, time_scale, cap, stream_interval, workdir) as engine, \

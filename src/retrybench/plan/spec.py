@@ -23,7 +23,8 @@ from retrybench.control.router import FRONT_POLICIES, ROUTER_POLICIES
 from retrybench.engine.profiles import GPUS, STEP_MODELS
 from retrybench.records.cache import code_version
 
-__all__ = ["DEPLOYMENT_DEFAULTS", "PROXY_STATES", "OverrideValue", "RunSpec", "condition_for", "engine_config_for"]
+__all__ = ["DEPLOYMENT_DEFAULTS", "PROXY_STATES", "WORKLOAD_DEFAULTS", "OverrideValue", "RunSpec", "condition_for",
+           "engine_config_for"]
 
 OverrideValue = float | int | bool | str | None
 
@@ -33,6 +34,11 @@ MAX_REPLICAS = 64
 # them so keeps the record and the cache key it had before they existed.
 DEPLOYMENT_DEFAULTS: dict[str, object] = {"replicas": 1, "replica_gpus": None, "router": "round-robin",
                                           "proxies": 1, "proxy_state": "per-instance", "front": "random"}
+# The recorded-workload fields at their defaults: the paper's generated trace. Left out of the record and
+# the cache key so, likewise, a paper run keeps the key it had before a recorded workload could be given.
+WORKLOAD_DEFAULTS: dict[str, object] = {"workload_file": None, "workload_digest": None, "workload_format": None,
+                                        "rate_x": None, "pulses": ()}
+PAPER_PULSE_X = 2.7
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,9 +68,19 @@ class RunSpec:
     # How the simulated engine prices a step (engine.profiles.STEP_MODELS); None: the GPU's default (the
     # measured kernels where the database has the GPU).
     step_model: str | None = None
+    # A recorded workload (docs/workloads.md) in place of the paper's trace: the file, its content digest
+    # (part of the run's identity, so a changed file is a different run) and the format it is read as.
+    workload_file: str | None = None
+    workload_digest: str | None = None
+    workload_format: str | None = None
+    rate_x: float | None = None  # the file's arrivals rescaled to this multiple of C-hat; None: as recorded
+    pulses: tuple[tuple[float, float, float], ...] = ()  # bursts over it: (at_s, duration_s, x C-hat)
 
     def __post_init__(self) -> None:
+        # JSON gives lists back: keep one spelling of the bursts, so equal specs stay equal and hashable.
+        object.__setattr__(self, "pulses", tuple(tuple(float(v) for v in p) for p in self.pulses))
         _check_deployment(self)
+        _check_workload(self)
         if self.step_model is not None and self.step_model not in STEP_MODELS:
             raise ConfigError(f"step_model must be one of {', '.join(STEP_MODELS)}, got {self.step_model!r}")
         if self.step_model == "kernels" and any(GPUS[g].kernel_system is None for g in self.gpus() if g in GPUS):
@@ -93,9 +109,11 @@ class RunSpec:
             record["overrides"] = dict(self.overrides)
         else:
             del record["overrides"]
-        for name, default in DEPLOYMENT_DEFAULTS.items():
+        for name, default in (DEPLOYMENT_DEFAULTS | WORKLOAD_DEFAULTS).items():
             if record[name] == default:
                 del record[name]
+        if "pulses" in record:
+            record["pulses"] = [list(p) for p in self.pulses]
         return record
 
     def workload(self, chat: float) -> WorkloadSpec:
@@ -137,6 +155,30 @@ def _check_deployment(spec: RunSpec) -> None:
         raise ConfigError("front does not matter with shared proxy state: leave it at 'random'")
     if spec.trace and spec.replicas > 1:
         raise ConfigError("the engine trace (trace=True) is kept for one replica only")
+
+
+def _check_workload(spec: RunSpec) -> None:
+    """ConfigError where the recorded-workload fields are incomplete or meet an option of the paper's
+    trace (which would change nothing, yet give the one run a second cache key)."""
+    if spec.workload_file is None:
+        given = [name for name, default in WORKLOAD_DEFAULTS.items() if getattr(spec, name) != default]
+        if given:
+            raise ConfigError(f"{', '.join(given)} need a recorded workload (workload_file); the paper's trace has "
+                              "its own pulse (pulse_x)")
+        return
+    if not spec.workload_digest or not spec.workload_format:
+        raise ConfigError("a recorded workload needs its content digest and format (plan.recorded.workload_fields)")
+    if spec.pulse_x != PAPER_PULSE_X:
+        raise ConfigError("pulse_x is the paper's pulse: over a recorded workload give pulses (--pulse AT:DURATION:X)")
+    if spec.mixed_prompts or spec.token_scale != 1.0:
+        raise ConfigError("mixed_prompts and token_scale change the paper's trace: a recorded workload's lengths "
+                          "are the file's")
+    if spec.rate_x is not None and not 0 < spec.rate_x <= 100:
+        raise ConfigError(f"rate_x must be in (0, 100] (multiples of C-hat), got {spec.rate_x}")
+    for at_s, duration_s, x in spec.pulses:
+        if not (0 <= at_s < math.inf and 0 < duration_s < math.inf and 0 < x <= 100):
+            raise ConfigError(f"a pulse needs AT >= 0 s, DURATION > 0 s and X in (0, 100], got "
+                              f"{at_s:g}:{duration_s:g}:{x:g}")
 
 
 def condition_for(spec: RunSpec) -> Condition:

@@ -37,6 +37,12 @@ class SpecFields(TypedDict):
     proxy_state: NotRequired[ReadOnly[str]]
     front: NotRequired[ReadOnly[str]]
     step_model: NotRequired[ReadOnly[str]]  # how the engine priced a step, where not the GPU's default
+    # A recorded workload (spec.WORKLOAD_DEFAULTS), present only where the run replays one.
+    workload_file: NotRequired[ReadOnly[str]]
+    workload_digest: NotRequired[ReadOnly[str]]
+    workload_format: NotRequired[ReadOnly[str]]
+    rate_x: NotRequired[ReadOnly[float]]
+    pulses: NotRequired[ReadOnly[list[list[float]]]]
 
 
 class Metrics(TypedDict):

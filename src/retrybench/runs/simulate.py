@@ -15,6 +15,7 @@ from typing import Any, cast
 from retrybench.analysis import section5, summarize
 from retrybench.analysis.delivery import delivered_per_window, waiting_total
 from retrybench.engine.profiles import profile_for
+from retrybench.plan.recorded import trace_for
 from retrybench.plan.spec import RunSpec, condition_for, engine_config_for
 from retrybench.records.cache import code_version
 from retrybench.records.results import LiveFields, PromptWork, RunSummary, Series, SpecFields
@@ -23,7 +24,6 @@ from retrybench.records.tracefile import write_trace
 from retrybench.sim.deployment import simulate_deployment
 from retrybench.sim.replica_runs import deployment_of, replica_profiles
 from retrybench.sim.run import simulate
-from retrybench.traffic.workload import generate_trace
 
 __all__ = ["SERIES_STEP_S", "TracedRun", "run_summary", "run_traced", "series", "simulate_spec", "summarize_spec"]
 
@@ -37,8 +37,8 @@ def simulate_spec(spec: RunSpec, chat: float, trace: TraceEvents | None = None) 
     condition = condition_for(spec)
     engine, cap = engine_config_for(spec, condition, chat)
     profile = profile_for(spec.model, spec.gpu, engine, step_model=spec.step_model)
-    workload = spec.workload(chat)
-    calls = generate_trace(workload, spec.seed).calls
+    trace_of_calls = trace_for(spec, chat)
+    workload, calls = trace_of_calls.spec, trace_of_calls.calls
     meta = {
         **spec.as_dict(), "chat": chat, "pulse_start_s": workload.pulse_start_s,
         "pulse_end_s": workload.pulse_end_s, "hold_end_s": workload.hold_end_s,

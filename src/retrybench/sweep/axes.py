@@ -47,6 +47,8 @@ SPEC_FIELDS: dict[str, _Field] = {
     "engine_cap": _Field(int, True, lambda v: v >= 1, "a whole number >= 1, or none (the condition's own cap)"),
     "max_batched_tokens": _Field(int, False, lambda v: 16 <= v <= 1 << 20, "a whole number in [16, 1048576]"),
     "token_scale": _Field(float, False, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "rate_x": _Field(float, True, lambda v: 0 < v <= 100, "a number in (0, 100] (multiples of C-hat, --workload's "
+                     "rate), or none (its rate as recorded)"),
     "mixed_prompts": _Field(bool, False, lambda v: True, "true or false"),
     "model": _choices(sorted(MODELS)),
     "gpu": _choices(sorted(GPUS)),

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 from retrybench.conditions.config import ConfigError, load_condition
 from retrybench.engine.profiles import profile_for
+from retrybench.plan.recorded import WorkloadFields
 from retrybench.plan.spec import OverrideValue, RunSpec, condition_for, engine_config_for
 from retrybench.sweep.axes import Axis
 from retrybench.sweep.bisect import grid
@@ -61,13 +62,18 @@ class SweepPlan:
     seeds: tuple[int, ...]
     model: str
     gpu: str = "h100"
+    recorded: WorkloadFields = field(default_factory=WorkloadFields)  # --workload's fields, every point's
 
     def spec(self, condition: str, seed: int, values: Values) -> RunSpec:
         """The run spec of one point. An override equal to the condition's own value is left out, so that
         the point is the condition's plain spec and shares its cached run (proxy.defer_s=10 on
         deferred-cancellation is the paper's run)."""
         change: dict[str, Any] = {name: value for name, value in values if "." not in name}  # axes.py typed them
-        spec = replace(RunSpec(model=self.model, condition=condition, seed=seed, gpu=self.gpu), **change)
+        try:
+            spec = replace(RunSpec(model=self.model, condition=condition, seed=seed, gpu=self.gpu, **self.recorded),
+                           **change)
+        except ConfigError as error:  # a field the spec refuses with the others (rate_x without --workload)
+            raise PlanError(f"--axis values refused ({', '.join(f'{n}={v}' for n, v in values)}): {error}") from error
         overrides = [(name, value) for name, value in values if "." in name]
         if not overrides:
             return spec

@@ -15,6 +15,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from retrybench.plan.engine_choice import EngineChoice
+from retrybench.plan.recorded import WorkloadFields
 from retrybench.plan.spec import RunSpec
 from retrybench.records.results import Result, is_failed
 from retrybench.runs.display import Display, SilentDisplay
@@ -79,15 +80,16 @@ def _resolution(text: str | None) -> Decimal | None:
 
 def plan_sweep(*, conditions: str, axes: Sequence[str], seeds: Sequence[int], model: str, gpu: str = "h100",
                find: str | None = None, resolution: str | None = None,
-               until: str = "not-recovered") -> PlannedSweep:
+               until: str = "not-recovered", recorded: WorkloadFields | None = None) -> PlannedSweep:
     """The sweep of `--condition`, `--axis` (each NAME=VALUES), `--seed` (the trace seeds), `--model`,
-    `--gpu`, `--find`, `--resolution` and `--until` as given: every axis, value and combination checked."""
+    `--gpu`, `--find`, `--resolution` and `--until` as given, over the recorded workload `recorded` (the
+    fields of `--workload` and its options) when given: every axis, value and combination checked."""
     try:
         parsed = parse_axes(list(axes))
         if not parsed:
             raise AxisError("give at least one --axis NAME=VALUES")
         plan = SweepPlan(conditions=parse_conditions(conditions), axes=tuple(parsed),
-                         seeds=tuple(seeds), model=model, gpu=gpu)
+                         seeds=tuple(seeds), model=model, gpu=gpu, recorded=recorded or WorkloadFields())
         step = _resolution(resolution)
         if find is not None:
             plan.find_grid(find, step)

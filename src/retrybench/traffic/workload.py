@@ -19,7 +19,8 @@ import numpy as np
 from retrybench.conditions.config import ConfigError, WorkloadSpec
 from retrybench.records.atomicfile import write_atomic
 
-__all__ = ["Call", "Trace", "concat_calls", "generate_trace", "load_trace", "save_trace", "stage_trace"]
+__all__ = ["Call", "Trace", "concat_calls", "generate_trace", "load_trace", "poisson_arrivals", "save_trace",
+           "stage_trace"]
 
 FORMAT = "retrybench-trace/1"
 PHASES = ("base", "pulse", "hold", "stage")
@@ -95,7 +96,7 @@ def _check_seed(seed: int) -> None:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
 
 
-def _poisson(rng: np.random.Generator, rate: float, start: float, end: float) -> list[float]:
+def poisson_arrivals(rng: np.random.Generator, rate: float, start: float, end: float) -> list[float]:
     """Arrivals strictly inside [start, end): exponential gaps drawn from the phase start.
 
     Gaps are drawn in units of expected arrivals and scaled once accepted, so tiny rates cannot overflow.
@@ -138,7 +139,7 @@ def generate_trace(spec: WorkloadSpec, seed: int) -> Trace:
     phases: list[str] = []
     bounds = Trace(spec=spec, seed=seed, calls=()).phase_bounds()
     for name, rate in (("base", base), ("pulse", pulse), ("hold", base)):
-        phase_times = _poisson(rng, rate, *bounds[name])
+        phase_times = poisson_arrivals(rng, rate, *bounds[name])
         times += phase_times
         phases += [name] * len(phase_times)
     return Trace(spec=spec, seed=seed, calls=tuple(_calls(seed, times, phases, rng, spec)))
@@ -152,7 +153,7 @@ def stage_trace(
     if not (0 <= rate_calls_per_s < math.inf and 0 <= duration_s < math.inf):
         raise ValueError(f"need finite rate >= 0 and duration >= 0, got {rate_calls_per_s}, {duration_s}")
     rng = np.random.default_rng([seed, 3, int(start_s)])
-    times = _poisson(rng, rate_calls_per_s, start_s, start_s + duration_s)
+    times = poisson_arrivals(rng, rate_calls_per_s, start_s, start_s + duration_s)
     return _calls(seed, times, ["stage"] * len(times), rng, spec)
 
 
