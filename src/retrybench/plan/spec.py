@@ -59,9 +59,14 @@ class RunSpec:
     proxies: int = 1  # proxy instances
     proxy_state: str = "per-instance"  # or "shared": one coalescing table, budget and queue for all
     front: str = "random"  # how attempts are spread over the instances: control.router.FRONT_POLICIES
+    # Every engine step 1/engine_speed as long, the trace still at the calibrated C-hat (a verdict's margin,
+    # docs/margins.md): the engine a run meets is faster or slower than the one calibration measured.
+    engine_speed: float = 1.0
 
     def __post_init__(self) -> None:
         _check_deployment(self)
+        if not 0 < self.engine_speed < math.inf:
+            raise ConfigError(f"engine_speed must be positive and finite, got {self.engine_speed}")
 
     @property
     def deployed(self) -> bool:
@@ -75,8 +80,9 @@ class RunSpec:
         return tuple(g.strip() for g in self.replica_gpus.split(","))
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields as a dict, without `client` and `overrides` when unset: a run with the condition's
-        own policies keeps the record, the run log and the cache key it had before either existed."""
+        """The fields as a dict, without `client`, `overrides` and `engine_speed` when unset: a run with the
+        condition's own policies on the calibrated engine keeps the record, the run log and the cache key
+        it had before any of them existed."""
         record = asdict(self)
         if self.client is None:
             del record["client"]
@@ -87,6 +93,8 @@ class RunSpec:
         for name, default in DEPLOYMENT_DEFAULTS.items():
             if record[name] == default:
                 del record[name]
+        if self.engine_speed == 1.0:
+            del record["engine_speed"]
         return record
 
     def workload(self, chat: float) -> WorkloadSpec:

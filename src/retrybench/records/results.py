@@ -36,6 +36,7 @@ class SpecFields(TypedDict):
     proxies: NotRequired[ReadOnly[int]]
     proxy_state: NotRequired[ReadOnly[str]]
     front: NotRequired[ReadOnly[str]]
+    engine_speed: NotRequired[ReadOnly[float]]  # present only where the engine is not the calibrated one's speed
 
 
 class Metrics(TypedDict):
