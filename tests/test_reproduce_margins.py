@@ -74,3 +74,12 @@ def test_margins_by_default_only_once_cached_and_never_live(cache: Path, tmp_pat
     assert plan_reproduction(live).margins is None
     with pytest.raises(ReproduceError, match="--margins runs on the simulated engine only"):
         plan_reproduction(ReproduceRequest(out=tmp_path, models=(MODEL,), engine=LIVE, margins=True))
+
+
+def test_only_table1_s_blocks_are_rerun_for_margins(cache: Path, tmp_path: Path) -> None:
+    plan = plan_reproduction(ReproduceRequest(out=tmp_path, models=(MODEL,), blocks="diagnostic,retention", runs=1,
+                                              margins=True))
+    assert plan.margins is not None and {name for name, _ in plan.margins} == {"diagnostic"}
+    beyond = plan_reproduction(ReproduceRequest(out=tmp_path, models=(MODEL,), blocks="retention", runs=1,
+                                                margins=True))
+    assert beyond.margins is None  # no claim reads it: nothing to hold

@@ -62,10 +62,10 @@ PAPER_GPUS = ("h100", "h200")  # the GPUs the paper's models have fitted profile
              "1's alone; all: Table 1's and those beyond the paper but replicas (216 runs, 4-5 min on 2 cores: add "
              "it by name, e.g. all,replicas); boundaries: the boundary maps beyond the paper (part of all).")
 @click.option("--margins/--no-margins", default=None,
-              help="Rerun the blocks with every engine step 5%% faster and 5%% slower (the trace at the calibrated "
-                   "C-hat) and mark each verdict robust (the same at engine speeds 0.95, 1 and 1.05) or knife-edge "
-                   "(naming the speeds that flip it); twice the blocks' runs again. Default: on when those runs "
-                   "are all cached, else off; --margins runs what is missing, --no-margins skips them.")
+              help="Rerun Table 1's blocks with every engine step 5% faster and 5% slower (the trace still at the "
+                   "calibrated C-hat) and mark each verdict robust (the same at engine speeds 0.95, 1 and 1.05) or "
+                   "knife-edge (naming the speeds that flip it): twice those blocks' runs again. Default: on when "
+                   "those runs are all cached, else off; --margins runs what is missing, --no-margins skips them.")
 @click.option("--no-boundaries", is_flag=True,
               help="Skip the boundary maps (critical pulse per condition and model, deferral W x pulse, engine "
                    "cap Q x pulse; a few hundred bisection runs) that --block all computes.")
@@ -123,7 +123,7 @@ def _print_verdicts(context: ReportContext) -> None:
                     f"{total['near']} near, {total['off']} off")
     margins = context.get("margins")
     if margins is not None:
-        edges = [f"{r['claim']} on {r['model']} ({_margin(r['margin'], r['flips_at'])})"
+        edges = [f"{r['claim']} on {r['model']} (flips at {' and '.join(f'{s:g}' for s in r['flips_at'])})"
                  for r in margins["rows"] if r["margin"] == "knife-edge"]
         listed = ": " + "; ".join(edges) if edges else ""
         console().print(f"claim verdicts: {margins['reproduced']} of {margins['judged']} reproduced, "
