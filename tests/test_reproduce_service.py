@@ -80,12 +80,14 @@ def test_a_small_reproduction_writes_the_report_and_resumes(cache: Path, tmp_pat
     plan = plan_reproduction(request)
     lines = Lines()
     outcome = reproduce(plan, lines)
-    assert lines.notes == ["4 distinct runs: 0 cached, 4 to compute"]
+    assert lines.notes == ["margins skipped: 0 of 8 runs at engine speeds 0.95, 1.05 cached; --margins runs the rest",
+                           "4 distinct runs: 0 cached, 4 to compute"]
     assert [r["condition"] for r in outcome.results] == ["retries-off-cancel-off", "retries-on-cancel-off",
                                                          "retries-off-cancel-on", "retries-on-cancel-on"]
     assert outcome.page == tmp_path / "report" / "index.html" and outcome.page.is_file()
     assert outcome.context is not None and outcome.context["counts"]["unique"] == 4 and not outcome.failed
-    assert set(outcome.json_output()) == {"runs", "scores", "robustness"}
+    assert set(outcome.json_output()) == {"runs", "scores", "robustness", "margins"}
+    assert outcome.json_output()["margins"] is None
 
     def no_runs(*_args: object) -> None:
         raise AssertionError("a cached run was computed again")
@@ -93,7 +95,7 @@ def test_a_small_reproduction_writes_the_report_and_resumes(cache: Path, tmp_pat
     monkeypatch.setattr(executors, "compute", no_runs)
     again = Lines()
     assert reproduce(plan, again, LocalExecutor(jobs=1)).results == outcome.results
-    assert again.notes == ["4 distinct runs: 4 cached, 0 to compute"]
+    assert again.notes[1:] == ["4 distinct runs: 4 cached, 0 to compute"]
 
 
 class Interrupting(StandInExecutor):

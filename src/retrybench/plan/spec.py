@@ -75,6 +75,9 @@ class RunSpec:
     workload_format: str | None = None
     rate_x: float | None = None  # the file's arrivals rescaled to this multiple of C-hat; None: as recorded
     pulses: tuple[tuple[float, float, float], ...] = ()  # bursts over it: (at_s, duration_s, x C-hat)
+    # Every engine step 1/engine_speed as long, the trace still at the calibrated C-hat (a verdict's margin,
+    # docs/margins.md): the engine a run meets is faster or slower than the one calibration measured.
+    engine_speed: float = 1.0
 
     def __post_init__(self) -> None:
         # JSON gives lists back: keep one spelling of the bursts, so equal specs stay equal and hashable.
@@ -85,6 +88,8 @@ class RunSpec:
             raise ConfigError(f"step_model must be one of {', '.join(STEP_MODELS)}, got {self.step_model!r}")
         if self.step_model == "kernels" and any(GPUS[g].kernel_system is None for g in self.gpus() if g in GPUS):
             raise ConfigError(f"the kernel database has no {self.gpu} GPU: use step_model 'roofline'")
+        if not 0 < self.engine_speed < math.inf:
+            raise ConfigError(f"engine_speed must be positive and finite, got {self.engine_speed}")
 
     @property
     def deployed(self) -> bool:
@@ -98,8 +103,9 @@ class RunSpec:
         return tuple(g.strip() for g in self.replica_gpus.split(","))
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields as a dict, without `client`, `overrides` and `step_model` when unset: a run with the
-        condition's own policies keeps the record, the run log and the cache key it had before they existed."""
+        """The fields as a dict, without `client`, `overrides`, `step_model` and `engine_speed` when unset: a
+        run with the condition's own policies on the calibrated engine keeps the record, the run log and the
+        cache key it had before any of them existed."""
         record = asdict(self)
         if self.client is None:
             del record["client"]
@@ -114,6 +120,8 @@ class RunSpec:
                 del record[name]
         if "pulses" in record:
             record["pulses"] = [list(p) for p in self.pulses]
+        if self.engine_speed == 1.0:
+            del record["engine_speed"]
         return record
 
     def workload(self, chat: float) -> WorkloadSpec:

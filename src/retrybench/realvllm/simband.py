@@ -11,7 +11,6 @@ stays the same (its rates set by the band's mean, as the live run's are), so onl
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,35 +20,20 @@ from retrybench.engine.profiles import EngineProfile, profile_for
 from retrybench.plan.spec import RunSpec, engine_config_for
 from retrybench.records.runlog import RunLog, RunMeta
 from retrybench.sim.run import simulate
+from retrybench.sim.speed import ScaledProfile, check_speed
 from retrybench.traffic.workload import Call, generate_trace
 
 __all__ = ["ScaledProfile", "SpeedFit", "scaled_profile", "simulate_calls_at", "simulate_spec_at", "speed_for_capacity"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class ScaledProfile(EngineProfile):
-    """An engine profile `speed` times as fast: every step takes 1/speed of the profile's time. Only the
-    step time changes (the KV cache, batch limits and scheduling stay), so capacity scales by `speed`."""
-
-    speed: float = 1.0
-
-    def step_timer(self) -> Callable[..., float]:
-        base = super().step_timer()
-        speed = self.speed
-
-        def step_time_s(*args: Any) -> float:
-            return float(base(*args)) / speed
-
-        return step_time_s
-
-
 def scaled_profile(model: str, gpu: str, *, speed: float, engine: EngineConfig | None = None) -> ScaledProfile:
     """The profile of `model` on `gpu` made `speed` times as fast."""
-    if not speed > 0:
-        raise ValueError(f"speed must be positive, got {speed}")
-    base = profile_for(model, gpu, engine)
-    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
-    return ScaledProfile(**fields, speed=speed)
+    check_speed(speed)
+    return ScaledProfile(**_fields(profile_for(model, gpu, engine)), speed=speed)
+
+
+def _fields(profile: EngineProfile) -> dict[str, Any]:
+    return {f.name: getattr(profile, f.name) for f in dataclasses.fields(profile) if f.init}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,6 +43,7 @@ class SpecFields(TypedDict):
     workload_format: NotRequired[ReadOnly[str]]
     rate_x: NotRequired[ReadOnly[float]]
     pulses: NotRequired[ReadOnly[list[list[float]]]]
+    engine_speed: NotRequired[ReadOnly[float]]  # present only where the engine is not the calibrated one's speed
 
 
 class Metrics(TypedDict):

@@ -21,6 +21,7 @@ from retrybench.plan.blocks import BLOCKS, DIAGNOSTIC, PRIMARY_MODEL, UNSEEN_SEE
 from retrybench.records.results import Result, RunSummary, is_failed
 from retrybench.report import fmt
 from retrybench.report.headlines import HEADLINES
+from retrybench.report.margins import MarginsSection, margins_section
 from retrybench.report.replicas import deployment_suffix, replicas_section
 from retrybench.report.robustness import robustness
 from retrybench.report.runs import Entry, RunSet, spec_of
@@ -80,24 +81,31 @@ def run_file_name(result: Result) -> str:
 
 def build_context(results: Iterable[Result], meta: Mapping[str, object], runs: int | None = None,
                   tests: Sequence[Mapping[str, Any]] | None = None,
-                  unseen: Iterable[Result] | None = None) -> ReportContext:
+                  unseen: Iterable[Result] | None = None, at_speeds: Iterable[Result] | None = None
+                  ) -> ReportContext:
     """Everything the report shows. `meta`: engine, wall time, versions, commit (meta.py gathers them);
     `runs`: the run count per block (None: the paper's); `tests`: finding-test outcomes under pytest, each
     {nodeid, name (test function), markers, outcome (passed | failed | xfailed | skipped), reason,
     properties [[name, value]], claims [claim ids]}; `unseen`: the runs on the unseen seeds, for the
-    robustness section (None: no such section)."""
+    robustness section (None: no such section); `at_speeds`: the same runs with the engine faster and
+    slower, for each verdict's margin (None: no margins)."""
     rs = RunSet(results, runs)
     checks = checks_of(rs)
     outcomes = _group_tests(tests) if tests is not None else None
     scored = score(c for row in ROWS for c in checks[row.key])
+    margins = margins_section([*rs.results, *at_speeds], runs) if at_speeds is not None else None
+    summary = [_summary_row(row, checks[row.key], rs, outcomes, [f for f in scored if f.row == row.key])
+               for row in ROWS]
+    if margins is not None and outcomes is None:
+        _add_margins(summary, margins)
     return {
         "meta": dict(meta),
         "source": "pytest" if tests is not None else "reproduce",
         "counts": _counts(rs),
-        "summary": [_summary_row(row, checks[row.key], rs, outcomes, [f for f in scored if f.row == row.key])
-                    for row in ROWS],
+        "summary": summary,
         "scores": {"tally": tally(scored), "figures": [_scored(f) for f in scored]},
         "robustness": _robustness(unseen) if unseen is not None else None,
+        "margins": margins,
         "checks": [{"finding": row.title, "claim": c.claim.wording, "id": c.claim.id, "subject": c.subject.label(),
                     "thresholds": fmt.value(dict(c.claim.thresholds)) if c.claim.thresholds else "",
                     "held": {True: "yes", False: "no", None: "not evaluated"}[c.passed],
@@ -179,6 +187,13 @@ def _summary_row(row: Row, checks: list[ClaimCheck], rs: RunSet,
     out["figures_note"] = (f"reproduced, yet {off} of {len(scored)} paper figures are off the paper's band"
                            if out["verdict"] == REPRODUCED and off else "")
     return out
+
+
+def _add_margins(summary: list[SummaryRow], margins: MarginsSection) -> None:
+    """Each finding's margin beside its verdict (the verdict from claim checks, as the margins' are)."""
+    for row in summary:
+        found = margins["findings"][row["key"]]
+        row["margin"], row["flips_at"] = found["margin"], found["flips_at"]
 
 
 def _robustness(unseen: Iterable[Result]) -> RobustnessSection:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import NotRequired, TypedDict
 
 from retrybench.report.boundaries import BoundariesSection
+from retrybench.report.margins import MarginsSection
 from retrybench.report.real_engine import RealEngineSection
 
 __all__ = ["BlockRow", "BlockSection", "CheckRow", "Counts", "FailedRow", "Fig1", "Fig1Line", "Fig3", "Fig3Bar", "Fig4",
@@ -54,6 +55,8 @@ class SummaryRow(TestVerdict):
     passed: int
     scores: NotRequired[Tally]
     figures_note: NotRequired[str]
+    margin: NotRequired[str | None]  # robust or knife-edge over the engine-speed band (margins.py); None: none
+    flips_at: NotRequired[list[float]]  # the speeds at which the verdict flips
 
 
 class ScoredRow(TypedDict):
@@ -349,4 +352,5 @@ class ReportContext(TypedDict):
     tests: list[Mapping[str, object]] | None  # the finding tests' outcomes (pytest --report)
     files: list[str]
     real_engine: NotRequired[RealEngineSection | None]
+    margins: NotRequired[MarginsSection | None]  # the verdicts over the engine-speed band (None: not run)
     boundaries: NotRequired[BoundariesSection]

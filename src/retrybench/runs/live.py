@@ -36,6 +36,8 @@ def live_refusal(spec: RunSpec) -> str | None:
         return "policy overrides (a sweep's policy axes) run on the simulated engine only"
     if spec.deployed:
         return "several replicas or proxy instances run on the simulated engine only"
+    if spec.engine_speed != 1.0:
+        return "an engine made faster or slower (engine_speed) is the simulated engine's only"
     return None
 
 

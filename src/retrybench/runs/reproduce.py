@@ -1,5 +1,6 @@
-"""`retrybench reproduce` as a service: Table 1's blocks (and the unseen seeds, and the boundary maps)
-planned, run on any executor through the result cache, and turned into the HTML report.
+"""`retrybench reproduce` as a service: Table 1's blocks (and the unseen seeds, the runs at the other
+engine speeds of each verdict's margin, and the boundary maps) planned, run on any executor through the
+result cache, and turned into the HTML report.
 
 `plan_reproduction` checks a request before any run (ReproduceError: a usage error); `reproduce` runs it
 and returns what the command prints. Ctrl-C stops the runs and raises Interrupted, which says how many
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from retrybench.calibration.store import calibration_at_steps, calibration_for
 from retrybench.plan.blocks import DEFAULT_BLOCKS, PAPER_MODELS, TABLE1, block_specs, blocks_plan, unseen_seeds_plan
 from retrybench.plan.engine_choice import EngineChoice, parse_engine
 from retrybench.plan.spec import RunSpec
+from retrybench.plan.speeds import side_speeds, speed_label
 from retrybench.records.results import Result, is_failed
 from retrybench.runs.display import Display, SilentDisplay
 from retrybench.runs.executors import Executor, make_executor, run_specs
@@ -52,8 +54,9 @@ class Interrupted(Exception):
 @dataclass(frozen=True)
 class ReproduceRequest:
     """What `retrybench reproduce` was asked: the models, the blocks (`all`, `table1`, names and
-    `boundaries`, comma-separated), the runs per block (None: the paper's), where the runs go (`engine`
-    sim: `executor` local or ray; else live, one after another) and where the report goes."""
+    `boundaries`, comma-separated), the runs per block (None: the paper's), whether to run the blocks at
+    the margin's other engine speeds (None: only when all of those runs are cached), where the runs go
+    (`engine` sim: `executor` local or ray; else live, one after another) and where the report goes."""
 
     out: Path
     models: tuple[str, ...] = PAPER_MODELS
@@ -62,6 +65,7 @@ class ReproduceRequest:
     runs: int | None = None
     unseen_seeds: bool = False
     boundaries: bool = True
+    margins: bool | None = None
     engine: EngineChoice = field(default_factory=lambda: parse_engine("sim"))
     executor: str = "local"
     jobs: int | None = None
@@ -72,23 +76,26 @@ class ReproduceRequest:
 
 @dataclass(frozen=True)
 class ReproducePlan:
-    """A checked request: the block runs, the unseen seeds' (None: not asked), the models of the boundary
-    maps (None: none) and what was left out, in words."""
+    """A checked request: the block runs, the unseen seeds' (None: not asked), the block runs at the
+    margin's other engine speeds (None: no margins), the models of the boundary maps (None: none) and what
+    was left out, in words."""
 
     request: ReproduceRequest
     blocks: BlockPlan
     unseen: BlockPlan | None
     boundaries: tuple[str, ...] | None
     notes: tuple[str, ...] = ()
+    margins: BlockPlan | None = None
 
     def specs(self) -> set[RunSpec]:
-        return {spec for _, spec in [*self.blocks, *(self.unseen or [])]}
+        return {spec for _, spec in [*self.blocks, *(self.unseen or []), *(self.margins or [])]}
 
 
 @dataclass
 class ReproduceOutcome:
     """What a reproduction gives the command to print: the runs' results (one per distinct spec), the
-    report's context and page (None where jinja2 or matplotlib is missing), the maps, the wall time."""
+    report's context and page (None where jinja2 or matplotlib is missing), the maps, the wall time (and
+    the part of it the margins' runs took)."""
 
     plan: ReproducePlan
     results: list[Result]
@@ -97,19 +104,24 @@ class ReproduceOutcome:
     wall_s: float
     context: ReportContext | None = None
     page: Path | None = None
+    at_speeds: list[Result] | None = None
+    margins_s: float = 0.0
 
     @property
     def failed(self) -> bool:
         """Whether a run or a map's run failed (the command exits 1)."""
         section = self.context.get("boundaries") if self.context is not None else None
         maps_failed = section is not None and section["failed"] > 0
-        return any(is_failed(r) for r in [*self.results, *(self.unseen or [])]) or maps_failed
+        runs = [*self.results, *(self.unseen or []), *(self.at_speeds or [])]
+        return any(is_failed(r) for r in runs) or maps_failed
 
     def json_output(self) -> dict[str, object]:
-        """`reproduce --json`: the run results, every paper figure scored and the robustness table."""
+        """`reproduce --json`: the run results, every paper figure scored, the robustness table and each
+        claim's margin on each model (None where margins were not run)."""
         if self.context is None:
             return {"runs": self.results}
-        return {"runs": self.results, "scores": self.context["scores"], "robustness": self.context["robustness"]}
+        return {"runs": self.results, "scores": self.context["scores"], "robustness": self.context["robustness"],
+                "margins": self.context.get("margins")}
 
 
 def plan_reproduction(request: ReproduceRequest) -> ReproducePlan:
@@ -135,7 +147,32 @@ def plan_reproduction(request: ReproduceRequest) -> ReproducePlan:
     if request.unseen_seeds and request.engine.live:
         raise ReproduceError("--unseen-seeds runs on the simulated engine only (550 more runs)")
     unseen = unseen_seeds_plan(models, request.gpu) if request.unseen_seeds else None
-    return ReproducePlan(request, blocks, unseen, boundaries, tuple(notes))
+    margins = _margins_plan(request, blocks, notes)
+    return ReproducePlan(request, blocks, unseen, boundaries, tuple(notes), margins)
+
+
+def _margins_plan(request: ReproduceRequest, blocks: BlockPlan, notes: list[str]) -> BlockPlan | None:
+    """Table 1's block runs at each other engine speed of the margin: asked (True), refused (False), or by
+    default only when every one of them is cached (a note says how to run the rest)."""
+    if request.margins is False or not blocks:
+        return None
+    if request.engine.live:
+        if request.margins:
+            raise ReproduceError("--margins runs on the simulated engine only (the engine made faster and slower)")
+        return None
+    # The claims read Table 1's blocks only: the blocks beyond the paper have no verdict to hold.
+    plan = [(name, replace(spec, engine_speed=speed)) for speed in side_speeds() for name, spec in blocks
+            if name in TABLE1]
+    if not plan:
+        return None
+    if request.margins is None:
+        specs = {spec for _, spec in plan}
+        cached = sum(run_is_cached(spec) for spec in specs)
+        if cached < len(specs):
+            notes.append(f"margins skipped: {cached} of {len(specs)} runs at engine speeds "
+                         f"{', '.join(map(speed_label, side_speeds()))} cached; --margins runs the rest")
+            return None
+    return plan
 
 
 def executor_for(request: ReproduceRequest) -> Executor:
@@ -189,6 +226,10 @@ def reproduce(plan: ReproducePlan, display: Display | None = None,
         results = _run_blocks(plan.blocks, executor, request.engine.live, display, finished)
         unseen = _run_blocks(plan.unseen, executor, request.engine.live, display, finished) \
             if plan.unseen is not None else None
+        margins_started = time.perf_counter()
+        at_speeds = _run_blocks(plan.margins, executor, request.engine.live, display, finished) \
+            if plan.margins is not None else None
+        margins_s = time.perf_counter() - margins_started
         maps = compute_maps(plan.boundaries, request.gpu, executor, display) if plan.boundaries is not None else None
     except KeyboardInterrupt:
         specs = plan.specs()
@@ -196,7 +237,8 @@ def reproduce(plan: ReproducePlan, display: Display | None = None,
         raise Interrupted(done, len(specs)) from None
     finally:
         executor.close()
-    outcome = ReproduceOutcome(plan, results, unseen, maps, time.perf_counter() - started)
+    outcome = ReproduceOutcome(plan, results, unseen, maps, time.perf_counter() - started, at_speeds=at_speeds,
+                               margins_s=margins_s)
     _report(outcome, display)
     return outcome
 
@@ -215,7 +257,11 @@ def _report(outcome: ReproduceOutcome, display: Display) -> None:
     label = f"live engine at {engine}" if engine.live else "simulated vLLM-V1 engine (virtual time)"
     meta = gather(engine=label, wall_s=outcome.wall_s, command=request.command)
     meta["chat_at_steps"] = _chat_at_2k(plan.blocks, engine)
-    context = build_context(outcome.results, meta, runs=request.runs, unseen=outcome.unseen)
+    context = build_context(outcome.results, meta, runs=request.runs, unseen=outcome.unseen,
+                            at_speeds=outcome.at_speeds)
+    if outcome.at_speeds is not None:
+        display.note(f"margins: {len(outcome.at_speeds)} distinct runs at engine speeds "
+                     f"{', '.join(map(speed_label, side_speeds()))} in {outcome.margins_s:.0f} s")
     context["real_engine"] = _real_engine_section(request.real_engine, request.out)
     if outcome.maps is not None:
         maps = outcome.maps

@@ -24,6 +24,7 @@ from retrybench.records.tracefile import write_trace
 from retrybench.sim.deployment import simulate_deployment
 from retrybench.sim.replica_runs import deployment_of, replica_profiles
 from retrybench.sim.run import simulate
+from retrybench.sim.speed import at_speed
 
 __all__ = ["SERIES_STEP_S", "TracedRun", "run_summary", "run_traced", "series", "simulate_spec", "summarize_spec"]
 
@@ -33,10 +34,11 @@ TraceEvents = list[dict[str, Any]]  # the engine trace's events (records/tracefi
 
 def simulate_spec(spec: RunSpec, chat: float, trace: TraceEvents | None = None) -> RunLog:
     """The run log of one spec at C-hat `chat` on the simulated engine (on its deployment, when it has
-    several replicas or proxy instances); the engine's events appended to `trace` when given."""
+    several replicas or proxy instances), each engine at the spec's speed; the engine's events appended
+    to `trace` when given."""
     condition = condition_for(spec)
     engine, cap = engine_config_for(spec, condition, chat)
-    profile = profile_for(spec.model, spec.gpu, engine, step_model=spec.step_model)
+    profile = at_speed(profile_for(spec.model, spec.gpu, engine, step_model=spec.step_model), spec.engine_speed)
     trace_of_calls = trace_for(spec, chat)
     workload, calls = trace_of_calls.spec, trace_of_calls.calls
     meta = {

@@ -9,6 +9,7 @@ from retrybench.conditions.config import ConfigError
 from retrybench.engine.profiles import GPUS, EngineProfile, profile_for
 from retrybench.plan.spec import RunSpec
 from retrybench.sim.deployment import Deployment
+from retrybench.sim.speed import at_speed
 
 __all__ = ["DeploymentBuild", "deployment_build", "deployment_of", "replica_profiles"]
 
@@ -27,7 +28,7 @@ def deployment_build(spec: RunSpec) -> DeploymentBuild:
 
 
 def replica_profiles(spec: RunSpec, cap: int | str | None = None) -> list[EngineProfile]:
-    """Each replica's engine: its GPU's default arguments at the spec's step size, with the queue cap
+    """Each replica's engine: its GPU's default arguments at the spec's step size and speed, with the queue cap
     `cap` per replica (vLLM's max_num_queued_reqs is an engine's own). A cap derived from C-hat ("auto",
     ceil(120 x C-hat)) is defined for one engine, not for a share of a deployment's: refused."""
     if cap == "auto" and spec.replicas > 1:
@@ -38,5 +39,5 @@ def replica_profiles(spec: RunSpec, cap: int | str | None = None) -> list[Engine
     for gpu in spec.gpus():
         engine = replace(GPUS[gpu].engine_defaults(), max_num_batched_tokens=spec.max_batched_tokens,
                          max_num_queued_reqs=resolved)
-        profiles.append(profile_for(spec.model, gpu, engine, step_model=spec.step_model))
+        profiles.append(at_speed(profile_for(spec.model, gpu, engine, step_model=spec.step_model), spec.engine_speed))
     return profiles
