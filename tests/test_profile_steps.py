@@ -49,7 +49,7 @@ def test_the_profiler_writes_every_phase_with_its_work(tmp_path: Path) -> None:
     assert [row[0] for row in table.rows] == [16, 64, 256]
     stored = parse_layer_table(format_layer_table(table))  # as --write stores it: six significant digits
     assert [pytest.approx(row, rel=1e-5) for row in table.rows] == list(stored.rows)
-    base = profile_for("qwen2.5-7b-instruct", "h100")
+    base = profile_for("qwen2.5-7b-instruct", "h100", step_model="roofline")
     measured = replace(base, gpu=replace(base.gpu, layer_profile=table))
     step = measured.step_time_s(seqs=4, tokens=200, sampled=4, attention_pairs=0.0, context_tokens=0)
     assert step > measured.costs.fixed_s and step != base.step_time_s(seqs=4, tokens=200, sampled=4,

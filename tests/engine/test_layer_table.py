@@ -54,7 +54,7 @@ def test_a_slower_table_makes_a_prefill_step_slower() -> None:
     step about twice the GEMM time."""
     table = load_layer_table(VIDUR)
     slower = replace(table, rows=tuple((n, 2 * linear, hidden, act) for n, linear, hidden, act in table.rows))
-    base = profile_for("qwen2.5-7b-instruct")
+    base = profile_for("qwen2.5-7b-instruct", step_model="roofline")
     other = replace(base, gpu=replace(base.gpu, layer_profile=slower))
     n = 8192
     ratio = (other.step_time_s(seqs=1, tokens=n, sampled=1, attention_pairs=0.0, context_tokens=0)

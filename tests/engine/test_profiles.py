@@ -27,6 +27,12 @@ from retrybench.plan.blocks import PAPER_MODELS
 QWEN7, LLAMA8, QWEN14 = "qwen2.5-7b-instruct", "llama-3.1-8b-instruct", "qwen3-14b"
 
 
+def roofline_profile(model: str, gpu: str = "h100", engine: EngineConfig | None = None) -> EngineProfile:
+    """The roofline step model's profile: the formula these tests check (the kernels model's are in
+    test_kernel_tables.py)."""
+    return profile_for(model, gpu, engine, step_model="roofline")
+
+
 @pytest.mark.parametrize(("model", "expected"), [
     (QWEN7, 2 * 28 * 4 * 128 * 2),  # 57,344 bytes: K and V, 28 layers, 4 KV heads of 128, bf16
     (LLAMA8, 2 * 32 * 8 * 128 * 2),  # 131,072
@@ -95,7 +101,7 @@ def test_unknown_model_or_gpu() -> None:
 
 
 def test_profile_keeps_its_keys() -> None:
-    prof = profile_for(LLAMA8, "h200")
+    prof = roofline_profile(LLAMA8, "h200")
     assert (prof.gpu_key, prof.model_key) == ("h200", LLAMA8)
     assert prof.gpu is GPUS["h200"]
     assert prof.model is MODELS[LLAMA8]
@@ -118,7 +124,7 @@ def weight_read_s(prof: EngineProfile) -> float:
 
 
 def test_a_small_decode_step_reads_the_weights_once() -> None:
-    prof = profile_for(QWEN7)
+    prof = roofline_profile(QWEN7)
     t = step(prof)
     ratio = gemm_roofline_ratios(prof.gpu.layer_profile, prof.gpu.bf16_flops_per_s / prof.gpu.bandwidth_bytes_per_s)
     # A one-token step is bound by the weight read, at the measured share of the bandwidth (r(1) ~ 1.25).
@@ -129,7 +135,7 @@ def test_a_small_decode_step_reads_the_weights_once() -> None:
 
 
 def test_a_full_prefill_step_is_compute_bound_and_slower() -> None:
-    prof = profile_for(QWEN7)
+    prof = roofline_profile(QWEN7)
     n = 8192
     prefill = step(prof, tokens=n, attention_pairs=n * (n + 1) / 2, context_tokens=n)
     decode = step(prof)
@@ -155,7 +161,7 @@ def test_the_linear_layers_reproduce_the_measured_profile_for_the_profiled_shape
 def test_linear_layers_cost_the_same_per_token_from_a_thousand_tokens_up() -> None:
     """What the measured profile shows (and chunked-prefill measurements confirm): 2,048-token steps do
     not make a prompt's GEMMs cheaper than 8,192-token steps."""
-    prof = profile_for(QWEN7)
+    prof = roofline_profile(QWEN7)
     per_token = {n: step(prof, tokens=n, sampled=0, attention_pairs=0, context_tokens=0) / n for n in (2048, 8192)}
     assert per_token[2048] == pytest.approx(per_token[8192], rel=0.05)
 
@@ -163,7 +169,7 @@ def test_linear_layers_cost_the_same_per_token_from_a_thousand_tokens_up() -> No
 def test_a_decode_riding_a_prefill_step_pays_its_own_kv_read() -> None:
     """Prefill and decode attention do not overlap: 75 decodes at a 12,000-token context add their KV
     read to a 2,048-token prefill step, as much as the prefill attention could have hidden."""
-    prof = profile_for(QWEN7)
+    prof = roofline_profile(QWEN7)
     chunk, context, decodes = 2048, 6000, 75
     prefill = step(prof, seqs=1, tokens=chunk, sampled=0, attention_pairs=chunk * context, context_tokens=context)
     decode_context = decodes * 12_000
@@ -183,7 +189,7 @@ class StepArgs(TypedDict, total=False):
 def test_h200_steps_are_not_slower() -> None:
     cases: tuple[StepArgs, ...] = ({}, {"tokens": 8192, "attention_pairs": 8192 * 4096.0, "context_tokens": 8192})
     for kwargs in cases:
-        assert step(profile_for(QWEN7, "h200"), **kwargs) <= step(profile_for(QWEN7, "h100"), **kwargs)
+        assert step(roofline_profile(QWEN7, "h200"), **kwargs) <= step(roofline_profile(QWEN7, "h100"), **kwargs)
 
 
 @settings(max_examples=200, deadline=None, database=None)
@@ -204,7 +210,7 @@ def test_step_time_is_positive_and_monotone(profile: tuple[str, str], seqs: int,
                                             sampled: int, extra_sampled: int, pairs: float, extra_pairs: float,
                                             context: int, extra_context: int, decode_share: float) -> None:
     gpu, model = profile
-    prof = profile_for(model, gpu)
+    prof = roofline_profile(model, gpu)
     decode = int(min(context, pairs) * decode_share)
     args = {"seqs": seqs, "tokens": tokens, "sampled": sampled, "attention_pairs": pairs, "context_tokens": context,
             "decode_context_tokens": decode}
@@ -221,7 +227,7 @@ def test_a_larger_step_is_never_faster_at_any_token_count(profile: tuple[str, st
     """Every token count and sampled count up to past the ratio table, exhaustively: the property test
     above samples them and once in a while finds a count where an interpolated ratio dipped."""
     gpu, model = profile
-    timer = profile_for(model, gpu).step_timer()
+    timer = roofline_profile(model, gpu).step_timer()
     for varied in ("tokens", "sampled"):
         times = [timer(1, n if varied == "tokens" else 1, n if varied == "sampled" else 1, 0.0, 0, 0)
                  for n in range(1, RATIO_TOKENS + 64)]
@@ -230,7 +236,7 @@ def test_a_larger_step_is_never_faster_at_any_token_count(profile: tuple[str, st
 
 
 def test_step_time_strictly_grows_once_compute_bound() -> None:
-    prof = profile_for(QWEN7)
+    prof = roofline_profile(QWEN7)
     times = [step(prof, tokens=n, attention_pairs=n * (n + 1) / 2, context_tokens=n)
              for n in (2048, 4096, 8192, 16384)]
     assert times == sorted(times)
@@ -238,7 +244,7 @@ def test_step_time_strictly_grows_once_compute_bound() -> None:
 
 
 def test_step_time_strictly_grows_with_context_when_memory_bound() -> None:
-    prof = profile_for(QWEN7)
+    prof = roofline_profile(QWEN7)
     times = [step(prof, seqs=64, tokens=64, sampled=64, attention_pairs=64 * c, context_tokens=64 * c,
                   decode_context_tokens=64 * c) for c in (1000, 4000, 16_000)]
     assert times[0] < times[1] < times[2]

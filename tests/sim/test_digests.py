@@ -1,13 +1,15 @@
 """Pinned results: the simulator and the run summary must not move when the code is only made faster.
 
-The digests were computed on the current engine model, the sequential-phase step costs (the values
-are hard-coded, not recomputed): the run log's digest (RunLog.digest(): every call, attempt, execution, sample and
-counter), a digest of the engine trace (the events Section 5's analysis reads), one calibration, and
-the whole `retrybench run --json` summary of one run. A change that alters any of them changes what
-the simulator computes, which a speed-up must not do; change a pinned value only together with a
-deliberate change of the model, and say so in the commit.
+The digests were computed on each step model (the values are hard-coded, not recomputed): the roofline
+model's (the sequential-phase step costs, pinned before the kernels model existed and unchanged by it)
+and the kernels model's (the default, measured kernel tables). Each is the run log's digest
+(RunLog.digest(): every call, attempt, execution, sample and counter), a digest of the engine trace
+(the events Section 5's analysis reads), one calibration, and the whole `retrybench run --json` summary
+of one run. A change that alters any of them changes what the simulator computes, which a speed-up must
+not do; change a pinned value only together with a deliberate change of the model, and say so in the
+commit.
 
-Regenerate (after a deliberate change only): python3 tests/sim/test_digests.py
+Regenerate (after a deliberate change only): python3 tests/sim/test_digests.py [roofline|kernels]
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -23,6 +27,7 @@ import pytest
 from retrybench.calibration import store
 from retrybench.calibration.simulated import calibrate
 from retrybench.conditions.config import WorkloadSpec, available_conditions, load_condition
+from retrybench.engine import profiles
 from retrybench.engine.profiles import profile_for
 from retrybench.plan.spec import RunSpec, engine_config_for
 from retrybench.runs.executors import run_one
@@ -36,6 +41,7 @@ CHAT = {"qwen2.5-7b-instruct": 2.7098365167020377, "qwen3-14b": 1.08979384215380
         "llama-3.1-8b-instruct": 1.8299082582399067}
 QWEN = "qwen2.5-7b-instruct"
 
+# The roofline step model's digests (everything below up to KERNELS_*), then the kernels model's.
 # Full paper runs (base, 2.7x pulse, hold): (spec, run-log digest, engine-trace digest).
 FULL_RUNS: list[tuple[RunSpec, str, str]] = [
     (RunSpec(model=QWEN, condition="retries-on-cancel-on", seed=1),
@@ -120,6 +126,45 @@ RUN_JSON: dict[str, str] = {
 }
 
 
+# The kernels step model's: fewer runs, since the scheduler and proxy code they pass through is the
+# roofline digests' too; what they add is the step prices.
+KERNELS_FULL_RUNS: list[tuple[RunSpec, str, str]] = [
+    (RunSpec(model=QWEN, condition="retries-on-cancel-on", seed=1),
+     "af4b8e86fee783459175a0fc32111df233510fbba5de60aa1f2bba81a00299c0",
+     "3997b79ddb9cfbea362045ca8d089dc45b9074e10ea1f9d8f84b49080ed1b793"),
+    (RunSpec(model=QWEN, condition="coalescing", seed=2),
+     "71b0fab58dbbfc68bcc9f7b5e244fd59cdf1380e2c2973af50f583d3e3d8f1f6",
+     "f95513e3263cfaeb615af648ae92d640b4e9407f65553140761484317d57a1c6"),
+    (RunSpec(model="llama-3.1-8b-instruct", condition="retries-on-cancel-off", seed=1),
+     "0dd93bb1d00424040eded10e93e8d8e9ca94235c26248ab4e7d78d52c4741d44",
+     "9ffe2a63c3b183b286c194575e83f34f2fe553977094117e30be47400ae0c062"),
+    (RunSpec(model="qwen3-14b", condition="engine-cap-338-cancel-on", seed=2),
+     "86af788d3d50adbeba2883d7faf295dfd8c0bc1666aa43118b883530807dfc7d",
+     "6eeb7ff82abf2a58d74059144b917fa583c47ad1d9101a41adf4d9e45a2fddd5"),
+]
+KERNELS_SHORT_RUNS: dict[str, tuple[str, str]] = {
+    "coalescing": ("2d38ef576e00080ee32afcb1c44bfe9a9dd54916f2b23bb194c5ddc542365d94",
+                   "d9e5e4b6228ea424cc963e34e11d68225f76a945d56d68a984d81afc434187b4"),
+    "deferred-cancellation": ("df2eeac33ce8357de8e0e78b1817d7daeaca955831e0b5db305c6d53af7b23dd",
+                              "bffee44fe5f92b94e44858c4487d907a289de8d52ab69ef97c6a98f92d534ec9"),
+    "retries-on-cancel-on": ("42bbc208003d18aab0062ae9077b13cda3b614b5f6c8689e0a6991c61f1c447d",
+                             "7ccf0f89d2fb131414d6260b05f8df2756f592b5989ae96cd65fb163f9ec8464"),
+    "retry-budget": ("e5a408beecfeecd29ade90f529d5c7e490364bb916674a96df1f0181edf6d296",
+                     "cc9b92fa43953a1715dccec6f01008cf90fcf7ceb633fdabeb80dea9e35a070c"),
+}
+KERNELS_CALIBRATION_SEED0 = "2c00c672617d46c816724d63206319c4ddca923c3f2bb8262f0fdd9505aecbad"
+KERNELS_RUN_JSON = "fd1c26d07b31e66a9033c5526ad3aecf26e417e43cf60af40a7ff4a10feea4de"
+
+
+@contextmanager
+def step_model(name: str) -> Iterator[None]:
+    """Every profile priced by `name` while the specs stay as a user gives them (step_model unset), so
+    that a roofline run's record and digest are the ones pinned before the kernels model existed."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(profiles, "default_step_model", lambda gpu: name)
+        yield
+
+
 def _sha(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -159,7 +204,8 @@ def run_json_digest(condition: str) -> str:
 @pytest.mark.parametrize(("spec", "log_digest", "trace_digest"), FULL_RUNS,
                          ids=[f"{s.model}-{s.condition}-seed{s.seed}-{s.max_batched_tokens}" for s, _, _ in FULL_RUNS])
 def test_full_run_digests(spec: RunSpec, log_digest: str, trace_digest: str) -> None:
-    assert full_run(spec) == (log_digest, trace_digest)
+    with step_model("roofline"):
+        assert full_run(spec) == (log_digest, trace_digest)
 
 
 def test_every_condition_is_pinned() -> None:
@@ -168,22 +214,51 @@ def test_every_condition_is_pinned() -> None:
 
 @pytest.mark.parametrize("condition", sorted(SHORT_RUNS))
 def test_short_run_digests(condition: str) -> None:
-    assert short_run(condition) == SHORT_RUNS[condition]
+    with step_model("roofline"):
+        assert short_run(condition) == SHORT_RUNS[condition]
 
 
 def test_calibration_digest() -> None:
-    assert calibration_digest() == CALIBRATION_SEED0
+    with step_model("roofline"):
+        assert calibration_digest() == CALIBRATION_SEED0
 
 
 @pytest.mark.parametrize("condition", sorted(RUN_JSON))
 def test_run_json_summary(condition: str) -> None:
-    assert run_json_digest(condition) == RUN_JSON[condition]
+    with step_model("roofline"):
+        assert run_json_digest(condition) == RUN_JSON[condition]
+
+
+@pytest.mark.parametrize(("spec", "log_digest", "trace_digest"), KERNELS_FULL_RUNS,
+                         ids=[f"{s.model}-{s.condition}-seed{s.seed}" for s, _, _ in KERNELS_FULL_RUNS])
+def test_kernels_full_run_digests(spec: RunSpec, log_digest: str, trace_digest: str) -> None:
+    with step_model("kernels"):
+        assert full_run(spec) == (log_digest, trace_digest)
+
+
+@pytest.mark.parametrize("condition", sorted(KERNELS_SHORT_RUNS))
+def test_kernels_short_run_digests(condition: str) -> None:
+    with step_model("kernels"):
+        assert short_run(condition) == KERNELS_SHORT_RUNS[condition]
+
+
+def test_kernels_calibration_digest() -> None:
+    with step_model("kernels"):
+        assert calibration_digest() == KERNELS_CALIBRATION_SEED0
+
+
+def test_kernels_run_json_summary() -> None:
+    with step_model("kernels"):
+        assert run_json_digest("retries-on-cancel-on") == KERNELS_RUN_JSON
 
 
 if __name__ == "__main__":
-    for spec, _, _ in FULL_RUNS:
-        print(spec, *full_run(spec))
-    print({name: short_run(name) for name in available_conditions()})
-    print(repr(calibration_digest()))
-    print({name: run_json_digest(name) for name in ("retries-on-cancel-on", "retries-on-cancel-off")})
+    model = sys.argv[1] if len(sys.argv) > 1 else "kernels"
+    with step_model(model):
+        for spec, _, _ in (KERNELS_FULL_RUNS if model == "kernels" else FULL_RUNS):
+            print(spec, *full_run(spec))
+        names = sorted(KERNELS_SHORT_RUNS) if model == "kernels" else available_conditions()
+        print({name: short_run(name) for name in names})
+        print(repr(calibration_digest()))
+        print({name: run_json_digest(name) for name in ("retries-on-cancel-on", "retries-on-cancel-off")})
     sys.exit(0)
