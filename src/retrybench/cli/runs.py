@@ -44,6 +44,20 @@ __all__ = ["block", "calibrate", "run"]
 MIXED_PROMPTS_HELP = "Half the calls get 3,000-token prompts (Section 4.2)."
 
 
+def check_engine(model: str, gpu: str, step_model: str | None) -> None:
+    """A usage error, before any run, where the model cannot be served on the GPU: it does not fit, its
+    step model has no constants for it, or its kernels need the database (the `kernels` extra)."""
+    from retrybench.engine.kernel_db import KernelDatabaseMissing
+    from retrybench.engine.profiles import profile_for
+
+    try:
+        profile = profile_for(model, gpu, step_model=step_model)
+        profile.kv_blocks  # noqa: B018 - raises where the model leaves no KV cache
+        profile.step_timer()  # builds the model's kernel table here where it is not packaged or cached
+    except (ValueError, KernelDatabaseMissing) as error:
+        raise click.UsageError(str(error)) from error
+
+
 def _block_names() -> list[str]:
     from retrybench.plan.blocks import BLOCKS
 
@@ -77,6 +91,7 @@ def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine:
         return
     from retrybench.calibration.store import calibration_for
 
+    check_engine(model, gpu, step_model)
     result = calibration_for(model, gpu, mixed_prompts, use_cache=not no_cache, token_scale=token_scale,
                              step_model=step_model)
     brief = {k: v for k, v in result.items() if k != "runs"}
@@ -149,6 +164,7 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
     if workload is not None and pulse_x_given:
         raise click.UsageError("--pulse-x is the paper's pulse: over --workload, give --pulse AT:DURATION:X")
     recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,), engine=engine)
+    check_engine(model, gpu, step_model)
     result: Mapping[str, Any]
     try:
         spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
