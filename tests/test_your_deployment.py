@@ -118,3 +118,32 @@ def test_a_config_model_without_the_database_names_the_extra(tmp_path: Path, mon
     folder = _model_dir(tmp_path, {**MISTRAL, "num_hidden_layers": 5})  # shapes no process has priced yet
     result = CliRunner().invoke(main, ["calibrate", "--model", str(folder), "--gpu", "a100"])
     assert result.exit_code == 2 and "pip install 'retrybench[kernels]'" in result.output
+
+
+def test_gpu_memory_utilization_sizes_the_kv_cache_and_keys_only_where_it_is_set(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from retrybench.calibration.store import EngineBuild, build_of
+    from retrybench.engine.gpus import GPUS as GPU_SPECS
+    from retrybench.plan.spec import condition_for, engine_config_for
+
+    monkeypatch.setenv("RETRYBENCH_CACHE", str(tmp_path / "cache"))
+    paper = RunSpec(model="llama-3.1-8b-instruct", condition="coalescing", seed=1)
+    assert "gpu_memory_utilization" not in paper.as_dict()  # the paper's runs keep their keys
+    assert build_of(paper).path() == EngineBuild("llama-3.1-8b-instruct").path()
+    half = replace(paper, gpu_memory_utilization=0.5)
+    assert half.as_dict()["gpu_memory_utilization"] == 0.5 and half.key() != paper.key()
+    assert build_of(half).path() != build_of(paper).path()
+    engine, _ = engine_config_for(half, condition_for(half), 2.0)
+    assert engine.gpu_memory_utilization == 0.5
+    full = profile_for("llama-3.1-8b-instruct", "h100").kv_blocks
+    halved = profile_for("llama-3.1-8b-instruct", "h100", engine).kv_blocks
+    per_block = 16 * profile_for("llama-3.1-8b-instruct", "h100").model.kv_bytes_per_token
+    assert full - halved == pytest.approx(0.4 * GPU_SPECS["h100"].memory_bytes / per_block, abs=1)
+    large = {**MISTRAL, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+             "num_attention_heads": 64}
+    folder = _model_dir(tmp_path, large)
+    refused = CliRunner().invoke(main, ["calibrate", "--model", str(folder), "--gpu", "b200",
+                                        "--gpu-memory-utilization", "0.5"])
+    assert refused.exit_code == 2 and "(0.5 x 180.0 GiB, --gpu-memory-utilization)" in refused.output

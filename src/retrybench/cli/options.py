@@ -50,6 +50,7 @@ __all__ = [
     "engine_option",
     "executor_options",
     "flat",
+    "gpu_memory_utilization_option",
     "gpu_option",
     "jobs_option",
     "json_option",
@@ -100,6 +101,8 @@ VOCABULARY: dict[str, Concept] = {
     "time-scale": Concept("--time-scale", "wall seconds per model second"),
     "token-scale": Concept("--token-scale", "every prompt and reply length times this"),
     "step-model": Concept("--step-model", "how the simulated engine prices a step: kernels or roofline"),
+    "gpu-memory-utilization": Concept("--gpu-memory-utilization", "the share of the GPU's memory the engine may use "
+                                                                  "(vLLM's name)"),
     "max-num-queued-reqs": Concept("--max-num-queued-reqs", "the engine's queue cap (vLLM's name)", ("--engine-cap",)),
     "max-num-batched-tokens": Concept("--max-num-batched-tokens", "the engine's token budget per step (vLLM's name)",
                                       ("--max-batched-tokens",)),
@@ -386,6 +389,14 @@ def step_model_option() -> Callable[[F], F]:
                   help="How the simulated engine prices a step: kernels (measured vLLM kernel times, the default "
                        "where the database has the GPU) or roofline (rooflines with efficiency priors, for "
                        "comparison; the CPU build's only model).")
+
+
+def gpu_memory_utilization_option() -> Callable[[F], F]:
+    """`--gpu-memory-utilization`: vLLM's, which sizes the simulated engine's KV cache."""
+    return option("gpu-memory-utilization", type=click.FloatRange(min=0.05, max=1.0), default=0.9,
+                  show_default=True,
+                  help="The share of the GPU's memory the engine may use (vLLM's option): the KV cache is what is "
+                       "left of it after the weights and the activation reserve (docs/your-deployment.md).")
 
 
 def jobs_option(help: str = "Parallel processes (default: cores).") -> Callable[[F], F]:

@@ -43,6 +43,7 @@ class SpecFields(TypedDict):
     workload_format: NotRequired[ReadOnly[str]]
     rate_x: NotRequired[ReadOnly[float]]
     pulses: NotRequired[ReadOnly[list[list[float]]]]
+    gpu_memory_utilization: NotRequired[ReadOnly[float]]  # present only where not vLLM's default (0.90)
     engine_speed: NotRequired[ReadOnly[float]]  # present only where the engine is not the calibrated one's speed
 
 
