@@ -54,7 +54,7 @@ def test_replica_gpus_name_one_gpu_per_replica() -> None:
     ({"proxies": 0}, "proxies must be >= 1"),
     ({"proxies": 2, "proxy_state": "global"}, "proxy_state must be one of per-instance, shared"),
     ({"proxies": 2, "front": "round-robin"}, "front must be one of random, key-affine"),
-    ({"replicas": 2, "replica_gpus": "h100,a100"}, "unknown GPU"),
+    ({"replicas": 2, "replica_gpus": "h100,mi300x"}, "unknown GPU"),
     ({"replicas": 3, "replica_gpus": "h100,h200"}, "names 2 GPU"),
     ({"router": "key-affine"}, "needs replicas > 1"),
     ({"proxy_state": "shared"}, "need proxies > 1"),

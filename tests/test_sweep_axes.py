@@ -46,7 +46,7 @@ def test_values_take_their_fields_types() -> None:
     ("client.attempt_timeout_s=0", "client.attempt_timeout_s", "> 0"),
     ("proxy.cancellation=sometimes", "proxy.cancellation", "off, immediate, deferred"),
     ("model=gpt-5", "model", "qwen2.5-7b-instruct"),
-    ("gpu=a100", "gpu", "h200"),
+    ("gpu=mi300x", "gpu", "h200"),
     ("proxy.coalescing=maybe", "proxy.coalescing", "true or false"),
     ("proxy.nonsense=1", "proxy.nonsense", "proxy.defer_s"),
     ("speed=1", "speed", "pulse_x"),

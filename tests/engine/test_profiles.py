@@ -97,7 +97,7 @@ def test_unknown_model_or_gpu() -> None:
     with pytest.raises(ValueError, match="unknown model"):
         profile_for("gpt-5")
     with pytest.raises(ValueError, match="unknown GPU"):
-        profile_for(QWEN7, "a100")
+        profile_for(QWEN7, "mi300x")
 
 
 def test_profile_keeps_its_keys() -> None:

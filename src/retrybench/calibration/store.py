@@ -27,7 +27,7 @@ from retrybench.calibration.simulated import (
 from retrybench.calibration.stages import LATENCY_RATE, Calibration, StageRecord, stage_record
 from retrybench.conditions.config import WorkloadSpec
 from retrybench.engine.profiles import GPUS, profile_for
-from retrybench.plan.spec import RunSpec
+from retrybench.plan.spec import DEFAULT_GPU_MEMORY_UTILIZATION, RunSpec
 from retrybench.records.cache import cache_dir, cached_json, code_version, has_entry, write_entry
 
 __all__ = ["Build", "CalibrationRecord", "EngineBuild", "ReplicaSet", "build_of", "calibrate_missing",
@@ -56,6 +56,7 @@ class CalibrationRecord(TypedDict):
     mixed_prompts: bool
     token_scale: float
     max_batched_tokens: NotRequired[int]  # calibrated at another step size than the GPU's default
+    gpu_memory_utilization: NotRequired[float]  # calibrated at another memory share than vLLM's 0.90
     replicas: NotRequired[int]
     router: NotRequired[str]
 
@@ -85,8 +86,15 @@ class EngineBuild:
     token_scale: float = 1.0
     max_batched_tokens: int | None = None
     step_model: str | None = None  # None: the GPU's default (engine.profiles.default_step_model)
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # the KV cache's share of memory (vLLM's)
 
     def path(self) -> Path:
+        if self.gpu_memory_utilization != DEFAULT_GPU_MEMORY_UTILIZATION:  # the default keeps its earlier paths
+            parts = [self.model, self.gpu, self.mixed_prompts, self.token_scale, self.max_batched_tokens,
+                     self.step_model, self.gpu_memory_utilization, code_version()]
+            digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+            return cache_dir() / "calibration" / f"{self.model}-{self.gpu}-mem{self.gpu_memory_utilization:g}-" \
+                                                 f"{digest}.json"
         if self.step_model is not None:
             parts = [self.model, self.gpu, self.mixed_prompts, self.token_scale, self.max_batched_tokens,
                      self.step_model, code_version()]
@@ -101,9 +109,9 @@ class EngineBuild:
         return cache_dir() / "calibration" / f"{self.model}-{self.gpu}-{mixed}{key.hexdigest()[:24]}.json"
 
     def calibrate_seed(self, seed: int) -> Calibration:
-        engine = None
+        engine = replace(GPUS[self.gpu].engine_defaults(), gpu_memory_utilization=self.gpu_memory_utilization)
         if self.max_batched_tokens is not None:
-            engine = replace(GPUS[self.gpu].engine_defaults(), max_num_batched_tokens=self.max_batched_tokens)
+            engine = replace(engine, max_num_batched_tokens=self.max_batched_tokens)
         return calibrate(profile_for(self.model, self.gpu, engine, step_model=self.step_model), seed=seed,
                          spec=_workload(self.mixed_prompts, self.token_scale))
 
@@ -111,6 +119,8 @@ class EngineBuild:
         record = _record(average_calibrations(runs), self.model, self.gpu, self.mixed_prompts, self.token_scale)
         if self.max_batched_tokens is not None:
             record["max_batched_tokens"] = self.max_batched_tokens
+        if self.gpu_memory_utilization != DEFAULT_GPU_MEMORY_UTILIZATION:
+            record["gpu_memory_utilization"] = self.gpu_memory_utilization
         return record
 
 
@@ -124,14 +134,21 @@ class ReplicaSet:
     router: str
     mixed_prompts: bool = False
     token_scale: float = 1.0
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
 
     def path(self) -> Path:
         parts = [self.model, list(self.gpus), self.router, self.mixed_prompts, self.token_scale, code_version()]
+        if self.gpu_memory_utilization != DEFAULT_GPU_MEMORY_UTILIZATION:  # the default keeps its earlier paths
+            parts.append(self.gpu_memory_utilization)
         key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
         return cache_dir() / "calibration" / f"{self.model}-{len(self.gpus)}-replicas-{self.router}-{key}.json"
 
     def calibrate_seed(self, seed: int) -> Calibration:
-        return calibrate_deployment([profile_for(self.model, gpu) for gpu in self.gpus], self.router, seed=seed,
+        engines = [replace(GPUS[gpu].engine_defaults(), gpu_memory_utilization=self.gpu_memory_utilization)
+                   for gpu in self.gpus]
+        return calibrate_deployment([profile_for(self.model, gpu, engine) for gpu, engine in zip(self.gpus, engines,
+                                                                                                strict=True)],
+                                    self.router, seed=seed,
                                     spec=_workload(self.mixed_prompts, self.token_scale))
 
     def record(self, runs: tuple[Calibration, ...]) -> CalibrationRecord:
@@ -147,8 +164,10 @@ Build = EngineBuild | ReplicaSet
 def build_of(spec: RunSpec) -> Build:
     """The build a spec's rates are in: its engine's, or its replica set's when it has several."""
     if spec.replicas > 1:
-        return ReplicaSet(spec.model, spec.gpus(), spec.router, spec.mixed_prompts, spec.token_scale)
-    return EngineBuild(spec.model, spec.gpu, spec.mixed_prompts, spec.token_scale, step_model=spec.step_model)
+        return ReplicaSet(spec.model, spec.gpus(), spec.router, spec.mixed_prompts, spec.token_scale,
+                          spec.gpu_memory_utilization)
+    return EngineBuild(spec.model, spec.gpu, spec.mixed_prompts, spec.token_scale, step_model=spec.step_model,
+                       gpu_memory_utilization=spec.gpu_memory_utilization)
 
 
 def _calibrate(build: Build) -> CalibrationRecord:
@@ -161,9 +180,11 @@ def calibration_of(build: Build, use_cache: bool = True) -> CalibrationRecord:
 
 
 def calibration_for(model: str, gpu: str = "h100", mixed_prompts: bool = False, use_cache: bool = True,
-                    token_scale: float = 1.0, step_model: str | None = None) -> CalibrationRecord:
+                    token_scale: float = 1.0, step_model: str | None = None,
+                    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> CalibrationRecord:
     """C-hat and the calibration stages of one engine build (default engine arguments)."""
-    return calibration_of(EngineBuild(model, gpu, mixed_prompts, token_scale, step_model=step_model), use_cache)
+    return calibration_of(EngineBuild(model, gpu, mixed_prompts, token_scale, step_model=step_model,
+                                      gpu_memory_utilization=gpu_memory_utilization), use_cache)
 
 
 def calibration_at_steps(model: str, gpu: str, max_batched_tokens: int, use_cache: bool = True) -> CalibrationRecord:

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "loadgen": ("retrybench.cli.live", "Replay a trace against a target, retrying."),
     "make-trace": ("retrybench.cli.tools", "Write the paper's trace for loadgen to replay."),
     "doctor": ("retrybench.cli.tools", "Which engines can run here, and fixes for the rest."),
+    "gpus": ("retrybench.cli.gpus", "The GPUs --gpu takes: memory, bandwidth, kernel data."),
     "compare-real-engine": ("retrybench.cli.realvllm", "The simulator against a real vLLM on CPUs."),
     "make-tiny-model": ("retrybench.cli.realvllm", "Write a tiny random-weight Llama for vLLM."),
 }

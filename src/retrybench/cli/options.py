@@ -50,6 +50,7 @@ __all__ = [
     "engine_option",
     "executor_options",
     "flat",
+    "gpu_memory_utilization_option",
     "gpu_option",
     "jobs_option",
     "json_option",
@@ -86,9 +87,10 @@ VOCABULARY: dict[str, Concept] = {
     "target": Concept("--target", "where load is sent (GuideLLM's name): the proxy's URL, or an engine's"),
     "condition": Concept("--condition", "a Table 1 condition or a policy TOML file; several repeated or "
                          "comma-separated", ("--conditions", "--policy")),
-    "model": Concept("--model", "the model (its engine profile); several repeated or comma-separated", ("--models",)),
+    "model": Concept("--model", "the model (its engine profile): a paper model, or a model directory or config.json; "
+                              "several repeated or comma-separated", ("--models",)),
     "block": Concept("--block", "a block of runs; several repeated or comma-separated", ("--blocks",)),
-    "gpu": Concept("--gpu", "the GPU profile of the simulated engine"),
+    "gpu": Concept("--gpu", "the GPU profile of the simulated engine (`retrybench gpus` lists them)"),
     "seed": Concept("--seed", "a seed value; several as 1,2,3 or 1-10", ("--seeds",)),
     "runs": Concept("--runs", "runs (traces) per block: paper (the paper's counts) or N"),
     "out": Concept("--out", "the directory a command writes into", ("--workdir",)),
@@ -98,6 +100,9 @@ VOCABULARY: dict[str, Concept] = {
     "address": Concept("--address", "a running Ray cluster's address"),
     "time-scale": Concept("--time-scale", "wall seconds per model second"),
     "token-scale": Concept("--token-scale", "every prompt and reply length times this"),
+    "step-model": Concept("--step-model", "how the simulated engine prices a step: kernels or roofline"),
+    "gpu-memory-utilization": Concept("--gpu-memory-utilization", "the share of the GPU's memory the engine may use "
+                                                                  "(vLLM's name)"),
     "max-num-queued-reqs": Concept("--max-num-queued-reqs", "the engine's queue cap (vLLM's name)", ("--engine-cap",)),
     "max-num-batched-tokens": Concept("--max-num-batched-tokens", "the engine's token budget per step (vLLM's name)",
                                       ("--max-batched-tokens",)),
@@ -302,7 +307,38 @@ class Seeds(click.ParamType):  # type: ignore[type-arg]
 
 RUNS = Runs()
 SEEDS = Seeds()
-MODEL_CHOICE = click.Choice(sorted(MODELS))
+class ModelParam(click.ParamType):  # type: ignore[type-arg]
+    """A paper model's name, a model directory or config.json path (registered, and given back as its
+    `config:<digest>` key: engine/model_registry.py), or such a key registered before."""
+
+    name = "MODEL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from retrybench.engine.model_config import UnsupportedModel
+        from retrybench.engine.model_registry import is_config_model, model_spec, register_model
+
+        text = str(value)
+        if text in MODELS:
+            return text
+        try:
+            if is_config_model(text):
+                model_spec(text)
+                return text
+            if Path(text).exists():
+                return register_model(Path(text))
+        except (UnsupportedModel, ValueError) as error:
+            self.fail(str(error), param, ctx)
+        self.fail(f"{text!r} is neither a known model ({', '.join(sorted(MODELS))}) nor a model directory or "
+                  "config.json path", param, ctx)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter,
+                       incomplete: str) -> list[click.shell_completion.CompletionItem]:
+        return [click.shell_completion.CompletionItem(m) for m in sorted(MODELS) if m.startswith(incomplete)]
+
+
+MODEL_CHOICE = ModelParam()
+MODEL_HELP_TAIL = (" A paper model's name, or a dense decoder's Hugging Face model directory or config.json "
+                   "(docs/your-deployment.md).")
 GPU_CHOICE = click.Choice(sorted(GPUS))
 TIME_SCALE_HELP = ("Wall seconds per model second: 1 is real time, 0.1 runs every clock, deadline and "
                    "policy timer ten times faster. Engine server, proxy and load generator must agree.")
@@ -326,10 +362,11 @@ def option(concept: str, *decls: str, **attrs: Any) -> Callable[[F], F]:
 
 def model_option(help: str = "The model: its engine profile and C-hat.", **attrs: Any) -> Callable[[F], F]:
     attrs.setdefault("required", True)
-    return option("model", type=MODEL_CHOICE, help=help, **attrs)
+    return option("model", type=MODEL_CHOICE, help=help + MODEL_HELP_TAIL, **attrs)
 
 
-def gpu_option(help: str = "The GPU profile of the simulated engine.", **attrs: Any) -> Callable[[F], F]:
+def gpu_option(help: str = "The GPU profile of the simulated engine (`retrybench gpus` lists them).",
+               **attrs: Any) -> Callable[[F], F]:
     return option("gpu", type=attrs.pop("type", GPU_CHOICE), default="h100", show_default=True, help=help, **attrs)
 
 
@@ -352,6 +389,14 @@ def step_model_option() -> Callable[[F], F]:
                   help="How the simulated engine prices a step: kernels (measured vLLM kernel times, the default "
                        "where the database has the GPU) or roofline (rooflines with efficiency priors, for "
                        "comparison; the CPU build's only model).")
+
+
+def gpu_memory_utilization_option() -> Callable[[F], F]:
+    """`--gpu-memory-utilization`: vLLM's, which sizes the simulated engine's KV cache."""
+    return option("gpu-memory-utilization", type=click.FloatRange(min=0.05, max=1.0), default=0.9,
+                  show_default=True,
+                  help="The share of the GPU's memory the engine may use (vLLM's option): the KV cache is what is "
+                       "left of it after the weights and the activation reserve (docs/your-deployment.md).")
 
 
 def jobs_option(help: str = "Parallel processes (default: cores).") -> Callable[[F], F]:

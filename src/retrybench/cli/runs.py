@@ -18,6 +18,7 @@ from retrybench.cli.options import (
     condition_option,
     engine_option,
     executor_options,
+    gpu_memory_utilization_option,
     gpu_option,
     jobs_option,
     json_option,
@@ -44,6 +45,23 @@ __all__ = ["block", "calibrate", "run"]
 MIXED_PROMPTS_HELP = "Half the calls get 3,000-token prompts (Section 4.2)."
 
 
+def check_engine(model: str, gpu: str, step_model: str | None, gpu_memory_utilization: float) -> None:
+    """A usage error, before any run, where the model cannot be served on the GPU: it does not fit, its
+    step model has no constants for it, or its kernels need the database (the `kernels` extra)."""
+    from dataclasses import replace
+
+    from retrybench.engine.kernel_db import KernelDatabaseMissing
+    from retrybench.engine.profiles import GPUS, profile_for
+
+    try:
+        engine = replace(GPUS[gpu].engine_defaults(), gpu_memory_utilization=gpu_memory_utilization)
+        profile = profile_for(model, gpu, engine, step_model=step_model)
+        profile.kv_blocks  # noqa: B018 - raises where the model leaves no KV cache
+        profile.step_timer()  # builds the model's kernel table here where it is not packaged or cached
+    except (ValueError, KernelDatabaseMissing) as error:
+        raise click.UsageError(str(error)) from error
+
+
 def _block_names() -> list[str]:
     from retrybench.plan.blocks import BLOCKS
 
@@ -61,12 +79,14 @@ def _block_names() -> list[str]:
                         "and policy timer ten times faster.")
 @token_scale_option("Every prompt and reply length times this: the paper's workload for a slower engine.")
 @step_model_option()
+@gpu_memory_utilization_option()
 @click.option("--stages", type=click.IntRange(min=1, max=30), default=None,
               help="Live only: stages to send at most (0.2 calls/s x 1.5^k); the first saturated one gives C-hat "
                    "(default: as many as the simulated calibration sends).")
 @out_option("Live only: where the logs go (default: a new directory under the cache).", "workdir", default=None)
 def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine: EngineChoice, time_scale: float,
-              token_scale: float, step_model: str | None, stages: int | None, workdir: Path | None) -> None:
+              token_scale: float, step_model: str | None, gpu_memory_utilization: float, stages: int | None,
+              workdir: Path | None) -> None:
     """Measure C-hat the paper's way (300-s stages, each 1.5x the last, until the queue grows):
     on the simulated engine, repeated on five independent traces and averaged; or once, live.
     Prints the calibration as JSON."""
@@ -77,8 +97,9 @@ def calibrate(model: str, gpu: str, mixed_prompts: bool, no_cache: bool, engine:
         return
     from retrybench.calibration.store import calibration_for
 
+    check_engine(model, gpu, step_model, gpu_memory_utilization)
     result = calibration_for(model, gpu, mixed_prompts, use_cache=not no_cache, token_scale=token_scale,
-                             step_model=step_model)
+                             step_model=step_model, gpu_memory_utilization=gpu_memory_utilization)
     brief = {k: v for k, v in result.items() if k != "runs"}
     brief["runs"] = [{"seed": run["seed"], "chat": run["chat"], "saturated_stage_rate": run["saturated_stage_rate"],
                       "saturated_stage_growth_per_s": run["saturated_stage_growth_per_s"]} for run in result["runs"]]
@@ -127,12 +148,13 @@ def _calibrate_live(engine: EngineChoice, model: str, gpu: str, mixed_prompts: b
 @token_scale_option("Every prompt and reply length times this (with --gpu cpu --model tiny-llama: 0.1, the "
                     "workload that profile was fitted on).")
 @step_model_option()
+@gpu_memory_utilization_option()
 @workload_options
 def run(condition: str, client: str | None, model: str, seed: int, pulse_x: float, max_num_batched_tokens: int,
         gpu: str, mixed_prompts: bool, max_num_queued_reqs: int | None, as_json: bool, no_cache: bool,
         trace_path: Path | None, engine: EngineChoice, time_scale: float, workdir: Path | None,
-        token_scale: float, step_model: str | None, workload: Path | None, workload_format: str | None,
-        rate_x: float | None, pulses: tuple[Pulse, ...]) -> None:
+        token_scale: float, step_model: str | None, gpu_memory_utilization: float, workload: Path | None,
+        workload_format: str | None, rate_x: float | None, pulses: tuple[Pulse, ...]) -> None:
     """One paper run: the trace under one condition, on the simulated engine or live."""
     from retrybench.calibration.store import chat_for
     from retrybench.conditions.config import ConfigError
@@ -149,12 +171,13 @@ def run(condition: str, client: str | None, model: str, seed: int, pulse_x: floa
     if workload is not None and pulse_x_given:
         raise click.UsageError("--pulse-x is the paper's pulse: over --workload, give --pulse AT:DURATION:X")
     recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,), engine=engine)
+    check_engine(model, gpu, step_model, gpu_memory_utilization)
     result: Mapping[str, Any]
     try:
         spec = RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse_x,
                        max_batched_tokens=max_num_batched_tokens, mixed_prompts=mixed_prompts,
                        engine_cap=max_num_queued_reqs, trace=True, token_scale=token_scale, client=client,
-                       step_model=step_model, **recorded)
+                       step_model=step_model, gpu_memory_utilization=gpu_memory_utilization, **recorded)
         if engine.live:
             console().print(f"live run: {condition}, {947 * time_scale:.0f}+ s wall; logs in {workdir or 'the cache'}")
             result = run_one_live(spec, engine, time_scale=time_scale, workdir=workdir, use_cache=not no_cache)

@@ -27,8 +27,8 @@ import numpy as np
 
 from retrybench.engine.kernel_table import KernelTable, Provenance, Shapes
 
-__all__ = ["BACKEND", "DatabaseSteps", "KernelDatabaseMissing", "breakpoints", "build_kernel_table", "database_version",
-           "model_config"]
+__all__ = ["BACKEND", "DatabaseSteps", "KernelDatabaseMissing", "breakpoints", "build_kernel_table", "database_gpus",
+           "database_version", "model_config", "short_gpu_name"]
 
 BACKEND = "vllm"
 PACKAGE = "aiconfigurator-core"
@@ -248,3 +248,42 @@ class DatabaseSteps:
         """The database's own sum for a step of `decodes` decodes at `context` tokens."""
         with _quiet():
             return float(self._engine.decode_step_latency(decodes, context, 2))
+
+
+def database_gpus() -> dict[str, dict[str, Any]]:
+    """Every GPU system the installed database has vLLM kernel data for, by the short name a user types
+    (`a100_sxm` -> `a100`, `rtx_pro_6000_server` -> `rtx-pro-6000`): its memory, bandwidth and dense bf16
+    FLOP/s from the system's YAML, and the newest vLLM version with both GEMM and attention data.
+    What scripts/build_gpu_registry.py writes to engine/gpus.toml."""
+    database_version()
+    import yaml  # type: ignore[import-untyped]  # the database's own dependency
+    from aiconfigurator_core import __file__ as package_init
+
+    systems = Path(package_init).parent / "systems"
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(systems.glob("*.yaml")):
+        text = yaml.safe_load(path.read_text())
+        if not isinstance(text, dict) or "gpu" not in text or "data_dir" not in text:
+            continue
+        data = systems / str(text["data_dir"])
+        versions = [set(_versions(data / family / BACKEND)) for family in ("gemm", "attention")]
+        common = sorted(versions[0] & versions[1], key=lambda v: tuple(int(p) for p in v.split(".")))
+        if not common:
+            continue
+        gpu = text["gpu"]
+        system = path.stem
+        found[short_gpu_name(system)] = {"system": system, "vllm": common[-1], "memory_bytes": int(gpu["mem_capacity"]),
+                                         "bandwidth_bytes_per_s": float(gpu["mem_bw"]),
+                                         "bf16_flops_per_s": float(gpu["bfloat16_tc_flops"])}
+    return found
+
+
+def _versions(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
+
+
+def short_gpu_name(system: str) -> str:
+    """The name a user types for a database system: its form factor's suffix dropped, dashes for underscores."""
+    for suffix in ("_sxm", "_server"):
+        system = system.removesuffix(suffix)
+    return system.replace("_", "-")

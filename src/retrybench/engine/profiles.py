@@ -56,126 +56,18 @@ from itertools import accumulate
 from typing import NotRequired, TypedDict, cast
 
 from retrybench.conditions.config import EngineConfig
+from retrybench.engine.gpus import GIB, GPUS, GpuSpec
 from retrybench.engine.kernel_steps import ChunkList, StepTimer, kernel_step_timer
 from retrybench.engine.kernel_store import kernel_table
-from retrybench.engine.kernel_table import Shapes
 from retrybench.engine.layer_table import LayerTable, layer_table
+from retrybench.engine.model_registry import is_config_model, model_spec
+from retrybench.engine.models import MODELS, ModelSpec
 
 __all__ = ["GPUS", "MODELS", "STEP_MODELS", "EngineProfile", "GpuSpec", "ModelSpec", "StepCosts",
            "default_step_model", "elementwise_s_per_token", "fitted_profiles", "gemm_roofline_ratios", "gemm_seconds",
            "kernel_host_costs", "profile_for"]
 
-GIB = 1024**3
 STEP_MODELS = ("kernels", "roofline")
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuSpec:
-    name: str
-    memory_bytes: float  # what the driver reports as total memory
-    bandwidth_bytes_per_s: float
-    bf16_flops_per_s: float  # dense
-    # What vLLM's platform sets on its own: the CPU build uses 128-token blocks, runs one batch at a
-    # time and takes its KV cache size from VLLM_CPU_KVCACHE_SPACE instead of memory profiling.
-    block_size: int = 16
-    async_scheduling: bool = True
-    kv_cache_bytes: float | None = None
-    # Measured GEMM and elementwise times (engine/layer_table.py): a packaged table's name (the H100's, for
-    # the GPUs) or a table itself; None: the plain roofline.
-    layer_profile: str | LayerTable | None = "h100_llama2_7b_layer_ms.csv"
-    # The kernel database's system and the vLLM version its kernels were measured with (the `kernels` step
-    # model, engine/kernel_steps.py); None: the GPU is not in it, and only the roofline prices its steps.
-    kernel_system: str | None = None
-    kernel_vllm: str | None = None
-
-    def engine_defaults(self) -> EngineConfig:
-        """vLLM's engine arguments on this platform (the paper's, with the platform's own settings)."""
-        return EngineConfig(block_size=self.block_size, async_scheduling=self.async_scheduling)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelSpec:
-    """Architecture figures from each model's published config.json (bf16 weights)."""
-
-    name: str
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    dtype_bytes: int = 2
-    architecture: str = "LlamaForCausalLM"  # config.json's: the kernel database prices the model's layers by it
-
-    @property
-    def shapes(self) -> Shapes:
-        """What the model's kernels depend on: the key of its kernel tables."""
-        return Shapes(architecture=self.architecture, layers=self.layers, hidden=self.hidden,
-                      intermediate=self.intermediate, heads=self.heads, kv_heads=self.kv_heads,
-                      head_dim=self.head_dim, vocab=self.vocab)
-
-    @property
-    def layer_params(self) -> int:
-        q_out = self.heads * self.head_dim
-        kv_out = self.kv_heads * self.head_dim
-        attention = self.hidden * q_out + 2 * self.hidden * kv_out + q_out * self.hidden
-        mlp = 3 * self.hidden * self.intermediate
-        return self.layers * (attention + mlp)
-
-    @property
-    def lm_head_params(self) -> int:
-        return self.vocab * self.hidden
-
-    @property
-    def params(self) -> int:
-        return self.layer_params + 2 * self.lm_head_params  # untied embedding and LM head
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.params * self.dtype_bytes
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
-
-    @property
-    def attention_flops_per_token_pair(self) -> int:
-        """QK^T and PV for one query token against one context token, over all layers."""
-        return 4 * self.layers * self.heads * self.head_dim
-
-
-GPUS: dict[str, GpuSpec] = {
-    # NVIDIA H100 SXM5 80 GB HBM3: 81,559 MiB reported, 3.35 TB/s, 989 TFLOP/s dense BF16.
-    "h100": GpuSpec(name="NVIDIA H100 80GB HBM3 (SXM)", memory_bytes=81_559 * 1024**2,
-                    bandwidth_bytes_per_s=3.35e12, bf16_flops_per_s=989.4e12, kernel_system="h100_sxm",
-                    kernel_vllm="0.24.0"),
-    # NVIDIA H200 SXM 141 GB HBM3e: 143,771 MiB reported, 4.8 TB/s, same compute as H100.
-    "h200": GpuSpec(name="NVIDIA H200 (SXM)", memory_bytes=143_771 * 1024**2,
-                    bandwidth_bytes_per_s=4.8e12, bf16_flops_per_s=989.4e12, kernel_system="h200_sxm",
-                    kernel_vllm="0.24.0"),
-    # vLLM's CPU build on a 2-core x86 machine with VLLM_CPU_KVCACHE_SPACE=2 (the real-engine tests'),
-    # seen at time scale 0.1: its clocks are trace seconds, so the peaks are a tenth of the nominal
-    # wall-clock ones (2 cores x 2 AVX-512 FMA units x 32 bf16 lanes x 2 x ~2 GHz; one DDR channel).
-    # The fitted efficiencies absorb what the nominal figures miss (scripts/fit_profiles.py --gpu cpu).
-    "cpu": GpuSpec(name="CPU, 2 cores (vLLM CPU build), time scale 0.1", memory_bytes=24 * GIB,
-                   bandwidth_bytes_per_s=2e9, bf16_flops_per_s=0.05e12, block_size=128, async_scheduling=False,
-                   kv_cache_bytes=2 * GIB, layer_profile=None),
-}
-
-MODELS: dict[str, ModelSpec] = {
-    "qwen2.5-7b-instruct": ModelSpec(name="Qwen/Qwen2.5-7B-Instruct", layers=28, hidden=3584,
-                                     intermediate=18944, heads=28, kv_heads=4, head_dim=128,
-                                     vocab=152_064, architecture="Qwen2ForCausalLM"),
-    "qwen3-14b": ModelSpec(name="Qwen/Qwen3-14B", layers=40, hidden=5120, intermediate=17408,
-                           heads=40, kv_heads=8, head_dim=128, vocab=151_936, architecture="Qwen3ForCausalLM"),
-    "llama-3.1-8b-instruct": ModelSpec(name="meta-llama/Llama-3.1-8B-Instruct", layers=32,
-                                       hidden=4096, intermediate=14336, heads=32, kv_heads=8,
-                                       head_dim=128, vocab=128_256),
-    # `retrybench make-tiny-model`'s default: what the real-engine tests serve on a CPU.
-    "tiny-llama": ModelSpec(name="retrybench tiny Llama (random weights)", layers=2, hidden=256, intermediate=512,
-                            heads=4, kv_heads=4, head_dim=64, vocab=32_000),
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,6 +163,9 @@ class EngineProfile:
     engine: EngineConfig
     costs: StepCosts
     step_model: str = "roofline"  # STEP_MODELS: how a step's kernels are priced
+    # The GPU whose fitted host costs the `kernels` model reads: another than gpu_key where this GPU has none
+    # of its own (kernel_host_costs); None under the roofline.
+    host_costs_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.step_model not in STEP_MODELS:
@@ -284,13 +179,28 @@ class EngineProfile:
         if self.gpu.kv_cache_bytes is not None:
             free = self.gpu.kv_cache_bytes
         else:
-            budget = self.gpu.memory_bytes * self.engine.gpu_memory_utilization
-            free = budget - self.model.weight_bytes - _non_kv_bytes(self.model, self.engine)
+            free = self.kv_budget_bytes - self.model.weight_bytes - _non_kv_bytes(self.model, self.engine)
         per_block = self.engine.block_size * self.model.kv_bytes_per_token
         blocks = int(free // per_block)
         if blocks < 1:
-            raise ValueError(f"{self.model.name} does not fit on {self.gpu.name} at this utilization")
+            raise ValueError(self.fit_message())
         return blocks
+
+    @property
+    def kv_budget_bytes(self) -> float:
+        """What vLLM may use of the GPU's memory: --gpu-memory-utilization of it."""
+        return self.gpu.memory_bytes * self.engine.gpu_memory_utilization
+
+    def fit_message(self) -> str:
+        """Why the model leaves no KV cache on the GPU, in the figures vLLM's memory profiling weighs."""
+        utilization = self.engine.gpu_memory_utilization
+        return (f"{self.model.name} does not fit on {self.gpu.name}: weights {self.model.weight_bytes / GIB:.1f} GiB "
+                f"+ reserve {_non_kv_bytes(self.model, self.engine) / GIB:.1f} GiB (activations at "
+                f"{self.engine.max_num_batched_tokens} batched tokens, logits, CUDA context and graphs) leave less "
+                f"than one KV block ({self.engine.block_size} tokens, "
+                f"{self.engine.block_size * self.model.kv_bytes_per_token / 2**20:.1f} MiB) of the budget "
+                f"{self.kv_budget_bytes / GIB:.1f} GiB ({utilization:g} x {self.gpu.memory_bytes / GIB:.1f} GiB, "
+                "--gpu-memory-utilization)")
 
     def step_time_s(self, *, seqs: int, tokens: int, sampled: int, attention_pairs: float,
                     context_tokens: int, decode_context_tokens: int = 0, chunks: ChunkList = ()) -> float:
@@ -430,10 +340,10 @@ def default_step_model(gpu: str) -> str:
 
 def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = None,
                 costs: StepCosts | None = None, step_model: str | None = None) -> EngineProfile:
-    """The engine profile of `model` on `gpu`, its steps priced by `step_model` (default: kernels where
-    the database has the GPU) with that model's fitted constants unless `costs` are given."""
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; known: {', '.join(MODELS)}")
+    """The engine profile of `model` (a paper model's name or a registered config's key, see
+    engine/model_registry.py) on `gpu`, its steps priced by `step_model` (default: kernels where the
+    database has the GPU) with that model's fitted constants unless `costs` are given."""
+    spec_of_model = model_spec(model)
     if gpu not in GPUS:
         raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
     spec = GPUS[gpu]
@@ -442,7 +352,16 @@ def profile_for(model: str, gpu: str = "h100", engine: EngineConfig | None = Non
     if measured is not None:  # a table measured on this GPU (scripts/fit_profiles.py --layer-profile)
         spec = replace(spec, layer_profile=str(measured))
     chosen = step_model or default_step_model(gpu)
-    if costs is None:
-        costs = kernel_host_costs(gpu)[0] if chosen == "kernels" else fitted_costs(gpu, model)
-    return EngineProfile(gpu_key=gpu, model_key=model, gpu=spec, model=MODELS[model],
-                         engine=engine or spec.engine_defaults(), costs=costs, step_model=chosen)
+    if chosen == "roofline" and is_config_model(model):
+        raise ValueError(f"the roofline step model has fitted constants for the paper's models only; {model} "
+                         f"({spec_of_model.name}) is priced by its measured kernels (--step-model kernels) on a GPU "
+                         "of the kernel database")
+    host_from = None
+    if chosen == "kernels":
+        host, host_from = kernel_host_costs(gpu)
+        costs = costs or host
+    elif costs is None:
+        costs = fitted_costs(gpu, model)
+    return EngineProfile(gpu_key=gpu, model_key=model, gpu=spec, model=spec_of_model,
+                         engine=engine or spec.engine_defaults(), costs=costs, step_model=chosen,
+                         host_costs_from=host_from)

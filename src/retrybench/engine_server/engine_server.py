@@ -51,7 +51,7 @@ _TOKEN = " tok"  # the text of one output token (no model, so no real text)
 class EngineServerSettings:
     """What `retrybench engine-server` takes; the engine arguments mirror vLLM's flags."""
 
-    model: str  # key of retrybench.engine.profiles.MODELS
+    model: str  # a paper model's name or a registered config's key (engine/model_registry.py)
     gpu: str = "h100"
     time_scale: float = 1.0  # wall seconds per engine second (0.1 = ten times faster than real time)
     max_num_queued_reqs: int | None = None

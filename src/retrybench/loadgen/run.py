@@ -34,7 +34,7 @@ from retrybench.engine_server.engine_server import EngineServerSettings, engine_
 from retrybench.loadgen.assemble import Scrape, assemble_run_log, merge_proxy_logs
 from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, run_load
 from retrybench.plan.recorded import trace_for
-from retrybench.plan.spec import RunSpec, engine_config_for
+from retrybench.plan.spec import DEFAULT_GPU_MEMORY_UTILIZATION, RunSpec, engine_config_for
 from retrybench.proxy.eventlog import PROXY_LOG, read_event_log
 from retrybench.records.runlog import RunLog, RunMeta
 from retrybench.serving.aio import metric_sums, run_event_loop
@@ -200,6 +200,8 @@ class _engine:
                                             max_num_queued_reqs=cap, stream_interval=stream_interval)
             if spec.max_batched_tokens != 8192:
                 raise ValueError("the engine server serves the default max_num_batched_tokens (8192) only")
+            if spec.gpu_memory_utilization != DEFAULT_GPU_MEMORY_UTILIZATION:
+                raise ValueError("the engine server serves vLLM's default gpu_memory_utilization (0.90) only")
             self.url = f"http://127.0.0.1:{port}"
             self.process = ServerProcess(engine_server_command(settings, port), health_url=self.url + "/health",
                                          log_path=workdir / "engine.log")

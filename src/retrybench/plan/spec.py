@@ -23,8 +23,8 @@ from retrybench.control.router import FRONT_POLICIES, ROUTER_POLICIES
 from retrybench.engine.profiles import GPUS, STEP_MODELS
 from retrybench.records.cache import code_version
 
-__all__ = ["DEPLOYMENT_DEFAULTS", "PROXY_STATES", "WORKLOAD_DEFAULTS", "OverrideValue", "RunSpec", "condition_for",
-           "engine_config_for"]
+__all__ = ["DEFAULT_GPU_MEMORY_UTILIZATION", "DEPLOYMENT_DEFAULTS", "PROXY_STATES", "WORKLOAD_DEFAULTS",
+           "OverrideValue", "RunSpec", "condition_for", "engine_config_for"]
 
 OverrideValue = float | int | bool | str | None
 
@@ -39,6 +39,7 @@ DEPLOYMENT_DEFAULTS: dict[str, object] = {"replicas": 1, "replica_gpus": None, "
 WORKLOAD_DEFAULTS: dict[str, object] = {"workload_file": None, "workload_digest": None, "workload_format": None,
                                         "rate_x": None, "pulses": ()}
 PAPER_PULSE_X = 2.7
+DEFAULT_GPU_MEMORY_UTILIZATION = EngineConfig().gpu_memory_utilization  # vLLM's 0.90
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +79,10 @@ class RunSpec:
     # Every engine step 1/engine_speed as long, the trace still at the calibrated C-hat (a verdict's margin,
     # docs/margins.md): the engine a run meets is faster or slower than the one calibration measured.
     engine_speed: float = 1.0
+    # The share of the GPU's memory vLLM may use (its --gpu-memory-utilization): what is left of it after the
+    # weights and the activation reserve is the KV cache. Left out of the record and the cache key at vLLM's
+    # default, so a run keeps the key it had before it could be set.
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
 
     def __post_init__(self) -> None:
         # JSON gives lists back: keep one spelling of the bursts, so equal specs stay equal and hashable.
@@ -90,6 +95,8 @@ class RunSpec:
             raise ConfigError(f"the kernel database has no {self.gpu} GPU: use step_model 'roofline'")
         if not 0 < self.engine_speed < math.inf:
             raise ConfigError(f"engine_speed must be positive and finite, got {self.engine_speed}")
+        if not 0.05 <= self.gpu_memory_utilization <= 1.0:
+            raise ConfigError(f"gpu_memory_utilization must be in [0.05, 1], got {self.gpu_memory_utilization}")
 
     @property
     def deployed(self) -> bool:
@@ -122,6 +129,8 @@ class RunSpec:
             record["pulses"] = [list(p) for p in self.pulses]
         if self.engine_speed == 1.0:
             del record["engine_speed"]
+        if self.gpu_memory_utilization == DEFAULT_GPU_MEMORY_UTILIZATION:
+            del record["gpu_memory_utilization"]
         return record
 
     def workload(self, chat: float) -> WorkloadSpec:
@@ -220,5 +229,5 @@ def engine_config_for(spec: RunSpec, condition: Condition, chat: float) -> tuple
         cap = math.ceil(round(120 * chat, 6))  # robust to float noise
     resolved = cap if isinstance(cap, int) else None
     engine = replace(GPUS[spec.gpu].engine_defaults(), max_num_batched_tokens=spec.max_batched_tokens,
-                     max_num_queued_reqs=resolved)
+                     max_num_queued_reqs=resolved, gpu_memory_utilization=spec.gpu_memory_utilization)
     return engine, resolved

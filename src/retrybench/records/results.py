@@ -12,8 +12,8 @@ from typing import NotRequired, TypedDict
 
 from typing_extensions import ReadOnly, TypeIs
 
-__all__ = ["FailedRun", "LiveFields", "Metrics", "PromptWork", "Result", "RetryTiming", "RunSummary", "Series",
-           "SpecFields", "is_failed"]
+__all__ = ["FailedRun", "HostCosts", "LiveFields", "Metrics", "PromptWork", "Result", "RetryTiming", "RunSummary",
+           "Series", "SpecFields", "is_failed"]
 
 
 class SpecFields(TypedDict):
@@ -43,6 +43,7 @@ class SpecFields(TypedDict):
     workload_format: NotRequired[ReadOnly[str]]
     rate_x: NotRequired[ReadOnly[float]]
     pulses: NotRequired[ReadOnly[list[list[float]]]]
+    gpu_memory_utilization: NotRequired[ReadOnly[float]]  # present only where not vLLM's default (0.90)
     engine_speed: NotRequired[ReadOnly[float]]  # present only where the engine is not the calibrated one's speed
 
 
@@ -119,6 +120,13 @@ class Series(TypedDict):
     waiting: ReadOnly[list[int]]
 
 
+class HostCosts(TypedDict, total=False):
+    """The GPU whose fitted host costs the engine's steps add, present only where it is not the run's own
+    GPU (one without a fit of its own reads the H100's: engine.profiles.kernel_host_costs)."""
+
+    host_costs_from: ReadOnly[str]
+
+
 class LiveFields(TypedDict, total=False):
     """Where a live run ran: only live runs have these keys."""
 
@@ -126,7 +134,7 @@ class LiveFields(TypedDict, total=False):
     workdir: ReadOnly[str]
 
 
-class RunSummary(SpecFields, Metrics, RetryTiming, PromptWork, LiveFields):
+class RunSummary(SpecFields, Metrics, RetryTiming, PromptWork, LiveFields, HostCosts):
     """One run's result: its spec (top-level engine_cap resolved; `spec` as given), C-hat, the metrics."""
 
     chat: ReadOnly[float]
@@ -134,6 +142,7 @@ class RunSummary(SpecFields, Metrics, RetryTiming, PromptWork, LiveFields):
     series: ReadOnly[Series]
     wall_s: ReadOnly[float]
     code_version: ReadOnly[str]
+
 
 
 class FailedRun(SpecFields):

@@ -18,7 +18,7 @@ from retrybench.engine.profiles import profile_for
 from retrybench.plan.recorded import trace_for
 from retrybench.plan.spec import RunSpec, condition_for, engine_config_for
 from retrybench.records.cache import code_version
-from retrybench.records.results import LiveFields, PromptWork, RunSummary, Series, SpecFields
+from retrybench.records.results import HostCosts, LiveFields, PromptWork, RunSummary, Series, SpecFields
 from retrybench.records.runlog import RunLog
 from retrybench.records.tracefile import write_trace
 from retrybench.sim.deployment import simulate_deployment
@@ -47,6 +47,8 @@ def simulate_spec(spec: RunSpec, chat: float, trace: TraceEvents | None = None) 
         "attempt_timeout_s": condition.client.attempt_timeout_s, "delivery_horizon_s": 840.0,
         "engine_cap": cap, "kv_blocks": profile.kv_blocks,
     }
+    if profile.host_costs_from not in (None, spec.gpu):
+        meta["host_costs_from"] = profile.host_costs_from
     if spec.deployed:
         cap_given = spec.engine_cap if spec.engine_cap is not None else condition.engine_cap
         return simulate_deployment(replica_profiles(spec, cap_given), calls, client=condition.client,
@@ -72,8 +74,9 @@ def run_summary(spec: RunSpec, chat: float, log: RunLog, started: float,
     given = cast(SpecFields, spec.as_dict())  # as given; the top-level engine_cap is the resolved one
     resolved: SpecFields = {**given, "engine_cap": log.meta["engine_cap"]}
     traced = section5.trace_summary(events, log) if events is not None else PromptWork()
+    host = HostCosts(host_costs_from=str(log.meta["host_costs_from"])) if "host_costs_from" in log.meta else HostCosts()
     summary: RunSummary = {**resolved, "chat": round(chat, 4), **summarize(log), **section5.timing_and_counters(log),
-                           **traced, **(live or LiveFields()), "spec": given, "series": series(log),
+                           **traced, **(live or LiveFields()), **host, "spec": given, "series": series(log),
                            "wall_s": round(time.perf_counter() - started, 3), "code_version": code_version()}
     return summary
 

@@ -38,6 +38,6 @@ def replica_profiles(spec: RunSpec, cap: int | str | None = None) -> list[Engine
     profiles = []
     for gpu in spec.gpus():
         engine = replace(GPUS[gpu].engine_defaults(), max_num_batched_tokens=spec.max_batched_tokens,
-                         max_num_queued_reqs=resolved)
+                         max_num_queued_reqs=resolved, gpu_memory_utilization=spec.gpu_memory_utilization)
         profiles.append(at_speed(profile_for(spec.model, gpu, engine, step_model=spec.step_model), spec.engine_speed))
     return profiles
