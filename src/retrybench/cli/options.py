@@ -98,6 +98,7 @@ VOCABULARY: dict[str, Concept] = {
     "address": Concept("--address", "a running Ray cluster's address"),
     "time-scale": Concept("--time-scale", "wall seconds per model second"),
     "token-scale": Concept("--token-scale", "every prompt and reply length times this"),
+    "step-model": Concept("--step-model", "how the simulated engine prices a step: kernels or roofline"),
     "max-num-queued-reqs": Concept("--max-num-queued-reqs", "the engine's queue cap (vLLM's name)", ("--engine-cap",)),
     "max-num-batched-tokens": Concept("--max-num-batched-tokens", "the engine's token budget per step (vLLM's name)",
                                       ("--max-batched-tokens",)),
