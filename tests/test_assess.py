@@ -4,6 +4,7 @@ synthetic results (pure), and the command end to end on the tiny CPU model, page
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -13,12 +14,13 @@ from click.testing import CliRunner
 from markupsafe import escape
 
 from retrybench.assess.plan import AssessSetup, assess_specs, burst_grids, burst_of, controls, with_burst
-from retrybench.assess.run import AssessError, pick_controls
+from retrybench.assess.run import AssessError, AssessRequest, Interrupted, assess, pick_controls
 from retrybench.assess.verdict import BurstLimit, SeedLimit, outcome_of, seed_limit, verdict
 from retrybench.cli.main import main
 from retrybench.plan.blocks import BLOCKS, TABLE1
 from retrybench.plan.spec import RunSpec
 from retrybench.records.results import Result
+from retrybench.runs.plan import PlannedRun, RunPlan
 from retrybench.runs.store import run_is_cached
 from retrybench.sweep.bisect import Boundary
 
@@ -185,3 +187,49 @@ def test_assess_searches_the_largest_burst_of_a_control(cache: Path, tmp_path: P
         assert seed["survived"] < seed["failed_at"]
     assert doc["search_runs"] >= 2  # both ends of the grid at least
     assert json.loads(result.stdout) == doc  # --json prints the document
+
+
+# -- the search on a stand-in executor: outcomes fixed per control, no simulation ------------------------
+
+
+class Threshold:
+    """An executor whose runs recover where the burst is at most the control's limit (x C-hat)."""
+
+    name = "threshold"
+
+    def __init__(self, limits: dict[str, float], interrupt_after: int | None = None) -> None:
+        self.limits, self.interrupt_after = limits, interrupt_after
+        self.specs: list[RunSpec] = []
+
+    def plan(self, specs: Sequence[RunSpec]) -> RunPlan:
+        return RunPlan(tuple(PlannedRun(spec, 2.0) for spec in specs))
+
+    def run(self, plan: RunPlan, progress: Any = None) -> list[Result]:
+        if self.interrupt_after is not None and len(self.specs) >= self.interrupt_after:
+            raise KeyboardInterrupt
+        self.specs += plan.specs()
+        return [run(s.condition, s.seed, s.pulse_x <= self.limits[s.condition]) for s in plan.specs()]
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_search_finds_each_limit_and_goes_on_past_the_first_grid(cache: Path) -> None:
+    executor = Threshold({"no-control": 1.8, "coalescing": 4.6, "engine-cap-100": 50.0})
+    setup = AssessSetup(model="tiny-llama", seeds=(1, 2))
+    outcome = assess(AssessRequest(setup, ("no-control", "coalescing", "engine-cap-100")), executor)
+    by_name = {o.control: o for o in outcome.outcomes}
+    assert [o.keeps_up for o in outcome.outcomes] == [False, True, True]  # at the paper's 2.7
+    limits = {name: o.limit.words() for name, o in by_name.items() if o.limit}
+    assert limits == {"no-control": "up to 1.75x", "coalescing": "up to 4.5x", "engine-cap-100": "at least 6x"}
+    assert by_name["engine-cap-100"].limit is not None and by_name["engine-cap-100"].limit.short() == ">=6x"
+    second = {s.pulse_x for s in executor.specs if s.condition == "no-control"}
+    assert max(second) <= 3.0  # no-control did not survive the first grid: not searched past it
+    assert outcome.search_runs == len(set(executor.specs)) - 6
+    assert "coalescing and engine-cap-100" in outcome.verdict
+
+
+def test_ctrl_c_says_how_many_runs_are_cached(cache: Path) -> None:
+    executor = Threshold({"no-control": 1.8}, interrupt_after=2)
+    with pytest.raises(Interrupted, match="0 of 6 distinct runs finished"):
+        assess(AssessRequest(AssessSetup(model="tiny-llama", seeds=(1, 2)), ("no-control",)), executor)
