@@ -132,13 +132,17 @@ def test_the_verdict_names_the_controls_that_keep_it_up() -> None:
                 outcome_of("retries-on-cancel-on", ("retries-on-cancel-on",), [run("retries-on-cancel-on", 1, False)]),
                 outcome_of("retry-budget", ("retry-budget",), [run("retry-budget", 1, True, 30.0)]),
                 outcome_of("coalescing", ("coalescing",), [run("coalescing", 1, True, 100.0)], limit),
+                outcome_of("lookup-first", ("lookup-first",), [run("lookup-first", 1, True, 100.0)]),
                 outcome_of("lifo", ("lifo",), [run("lifo", 1, True), run("lifo", 2, False)])]
     text = verdict(outcomes, "m on g", "the paper's burst", (1,))
-    assert text.startswith("On m on g, at the paper's burst, 2 of 5 controls keep the setup up")
-    assert ": retry-budget and coalescing." in text
+    assert text.startswith("On m on g, at the paper's burst, 3 of 6 controls keep the setup up")
+    assert ": retry-budget, coalescing and lookup-first." in text
     assert "Without a control it does not recover and neither does cancellation alone." in text
-    assert "coalescing delivers the most of the burst (100.0%" in text
+    assert "Of those, coalescing and lookup-first deliver the most of the burst (100.0%)." in text
     assert "coalescing up to 2.25x" in text and "lifo (1 of 2)" in text
+    unclear = BurstLimit(1.0, 3.0, (SeedLimit(1, "unclear", None, 2.0),))
+    wobbly = outcome_of("lifo", ("lifo",), [run("lifo", 1, True)], unclear)
+    assert "For lifo recovery is not monotone in the burst" in verdict([wobbly], "m", "b", (1,))
     none_up = verdict(outcomes[:2], "m on g", "b", (1, 2))
     assert "none of the 2 controls keeps the setup up" in none_up and "seeds 1 and 2" in none_up
 
@@ -233,3 +237,16 @@ def test_ctrl_c_says_how_many_runs_are_cached(cache: Path) -> None:
     executor = Threshold({"no-control": 1.8}, interrupt_after=2)
     with pytest.raises(Interrupted, match="0 of 6 distinct runs finished"):
         assess(AssessRequest(AssessSetup(model="tiny-llama", seeds=(1, 2)), ("no-control",)), executor)
+
+
+def test_a_search_that_contradicts_the_run_at_the_burst_gives_no_largest_burst() -> None:
+    survived_above = BurstLimit(1.0, 6.0, (SeedLimit(1, "found", 4.25, 4.5), SeedLimit(2, "found", 4.0, 4.25)))
+    failing = outcome_of("engine-cap-338", ("engine-cap-338",), [run("x", 1, False), run("x", 2, True)],
+                         survived_above, burst=2.7)
+    assert failing.limit is not None and [s.status for s in failing.limit.seeds] == ["unclear", "found"]
+    assert failing.limit.largest is None and failing.limit.words() == "not monotone"
+    failed_below = BurstLimit(1.0, 3.0, (SeedLimit(1, "found", 2.0, 2.25),))
+    up = outcome_of("lifo", ("lifo",), [run("lifo", 1, True)], failed_below, burst=2.7)
+    assert up.keeps_up and up.limit is not None and up.limit.words() == "not monotone"
+    agreeing = outcome_of("lifo", ("lifo",), [run("lifo", 1, True)], survived_above, burst=2.7)
+    assert agreeing.limit is not None and agreeing.limit.words() == "up to 4x"

@@ -84,6 +84,13 @@ def pick_controls(setup: AssessSetup, names: Sequence[str]) -> dict[str, tuple[s
     return {name: aliases for name, aliases in known.items() if name in wanted}
 
 
+def one_burst(setup: AssessSetup) -> float | None:
+    """The setup's burst where the search's line runs through it (the paper's pulse, or recorded bursts all
+    of one size), for checking the search against the runs at it; else None."""
+    sizes = {x for _, _, x in setup.recorded.get("pulses", ())}
+    return burst_of(setup) if not setup.recorded or len(sizes) == 1 else None
+
+
 def burst_words(setup: AssessSetup) -> str:
     """The setup's burst in words, for the verdict."""
     if not setup.recorded:
@@ -199,11 +206,12 @@ def assess(request: AssessRequest, executor: Executor, display: Display | None =
     for note in notes:
         display.note(note)
     per_seed = len(setup.seeds)
-    outcomes = [outcome_of(name, chosen[name], results[k * per_seed:(k + 1) * per_seed], limits.get(name))
+    burst = one_burst(setup)
+    outcomes = [outcome_of(name, chosen[name], results[k * per_seed:(k + 1) * per_seed], limits.get(name), burst)
                 for k, name in enumerate(names)]
     chats = [r["chat"] for r in results if not is_failed(r)]
-    burst = burst_words(setup)
-    text = verdict(outcomes, setup_words(setup), burst, setup.seeds)
-    return AssessOutcome(request, outcomes, results, chats[0] if chats else None, burst, text,
+    words = burst_words(setup)
+    text = verdict(outcomes, setup_words(setup), words, setup.seeds)
+    return AssessOutcome(request, outcomes, results, chats[0] if chats else None, words, text,
                          time.perf_counter() - started, len(runner.seen - set(specs)), tuple(notes))
 

@@ -15,7 +15,7 @@ from statistics import fmean
 from retrybench.records.results import Result, RunSummary, is_failed
 from retrybench.sweep.bisect import Boundary
 
-__all__ = ["BurstLimit", "ControlOutcome", "SeedLimit", "outcome_of", "seed_limit", "verdict"]
+__all__ = ["BurstLimit", "ControlOutcome", "SeedLimit", "consistent", "outcome_of", "seed_limit", "verdict"]
 
 CANCELLATION_ONLY = "retries-on-cancel-on"
 
@@ -124,9 +124,28 @@ def _mean(runs: Sequence[RunSummary], key: str) -> float | None:
     return round(fmean(values), 4) if values else None
 
 
+def consistent(limit: BurstLimit, results: Sequence[Result], burst: float | None) -> BurstLimit:
+    """`limit` with each seed's search marked "unclear" where it contradicts that seed's run at the setup's
+    own burst (recovered there yet failing below it, or failing there yet surviving above): recovery is not
+    monotone in the burst, so no one largest burst holds."""
+    if burst is None:
+        return limit
+    recovered = {r["seed"]: r["recovered"] for r in results if not is_failed(r)}
+    seeds = []
+    for s in limit.seeds:
+        at_burst = recovered.get(s.seed)
+        survived_above = s.survived is not None and s.survived >= burst
+        failed_below = s.failed_at is not None and s.failed_at <= burst
+        if (at_burst is False and survived_above) or (at_burst is True and failed_below):
+            s = SeedLimit(s.seed, "unclear", None, s.failed_at)
+        seeds.append(s)
+    return BurstLimit(limit.low, limit.high, tuple(seeds))
+
+
 def outcome_of(control: str, aliases: tuple[str, ...], results: Sequence[Result],
-               limit: BurstLimit | None = None) -> ControlOutcome:
-    """The outcome of a control from its runs at the setup's burst (one per seed)."""
+               limit: BurstLimit | None = None, burst: float | None = None) -> ControlOutcome:
+    """The outcome of a control from its runs at the setup's burst (`burst` x C-hat, one run per seed) and
+    its burst search, checked against those runs."""
     runs = [r for r in results if not is_failed(r)]
     recovered = [r for r in runs if r["recovered"]]
     slowest = [r["recovery_s"] for r in recovered]
@@ -137,7 +156,8 @@ def outcome_of(control: str, aliases: tuple[str, ...], results: Sequence[Result]
                           pulse_delivered_pct=_mean(runs, "pulse_delivered_pct"),
                           hold_delivered_pct=_mean(runs, "hold_delivered_pct"),
                           primary_delivered_pct=_mean(runs, "primary_delivered_pct"),
-                          created_x=_mean(runs, "created_x"), limit=limit)
+                          created_x=_mean(runs, "created_x"),
+                          limit=None if limit is None else consistent(limit, results, burst))
 
 
 def _listed(names: Sequence[str]) -> str:
@@ -172,15 +192,19 @@ def verdict(outcomes: Sequence[ControlOutcome], setup: str, burst: str, seeds: S
     elif baseline is not None:
         parts.append(" It recovers without any control: this burst does not overload it.")
     if up:
-        best = max(up, key=lambda o: o.pulse_delivered_pct if o.pulse_delivered_pct is not None else -1.0)
-        if best.pulse_delivered_pct is not None:
-            parts.append(f" Of those, {best.control} delivers the most of the burst ({_pct(best.pulse_delivered_pct)}"
-                         f", hold {_pct(best.hold_delivered_pct)}).")
+        delivered = [o.pulse_delivered_pct for o in up if o.pulse_delivered_pct is not None]
+        if delivered:
+            most = [o.control for o in up if o.pulse_delivered_pct == max(delivered)]
+            verb = "delivers" if len(most) == 1 else "deliver"
+            parts.append(f" Of those, {_listed(most)} {verb} the most of the burst ({_pct(max(delivered))}).")
         limited = sorted((o for o in up if o.limit is not None and o.limit.largest is not None),
                          key=lambda o: -(o.limit.largest or 0.0) if o.limit else 0.0)
         if limited:
             parts.append(" Largest burst survived on every seed: " + "; ".join(
                 f"{o.control} {o.limit.words()}" for o in limited if o.limit) + " (x C-hat).")
+        unclear = [o.control for o in up if o.limit is not None and o.limit.words() == "not monotone"]
+        if unclear:
+            parts.append(f" For {_listed(unclear)} recovery is not monotone in the burst: no one largest burst.")
     if some:
         parts.append(" Recovered on some seeds only: " + _listed(
             [f"{o.control} ({o.recovered_runs} of {o.runs})" for o in some]) + ".")
