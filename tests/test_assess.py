@@ -143,6 +143,9 @@ def test_the_verdict_names_the_controls_that_keep_it_up() -> None:
     unclear = BurstLimit(1.0, 3.0, (SeedLimit(1, "unclear", None, 2.0),))
     wobbly = outcome_of("lifo", ("lifo",), [run("lifo", 1, True)], unclear)
     assert "For lifo recovery is not monotone in the burst" in verdict([wobbly], "m", "b", (1,))
+    tied = verdict(outcomes[2:4], "m", "b", (1,))
+    assert "Each of them delivers" not in tied and "Of those, coalescing delivers the most" in tied
+    assert "Each of them delivers 100.0% of the burst." in verdict(outcomes[3:5], "m", "b", (1,))
     none_up = verdict(outcomes[:2], "m on g", "b", (1, 2))
     assert "none of the 2 controls keeps the setup up" in none_up and "seeds 1 and 2" in none_up
 

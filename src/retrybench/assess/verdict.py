@@ -195,8 +195,11 @@ def verdict(outcomes: Sequence[ControlOutcome], setup: str, burst: str, seeds: S
         delivered = [o.pulse_delivered_pct for o in up if o.pulse_delivered_pct is not None]
         if delivered:
             most = [o.control for o in up if o.pulse_delivered_pct == max(delivered)]
-            verb = "delivers" if len(most) == 1 else "deliver"
-            parts.append(f" Of those, {_listed(most)} {verb} the most of the burst ({_pct(max(delivered))}).")
+            if len(most) == len(up) > 1:
+                parts.append(f" Each of them delivers {_pct(max(delivered))} of the burst.")
+            else:
+                verb = "delivers" if len(most) == 1 else "deliver"
+                parts.append(f" Of those, {_listed(most)} {verb} the most of the burst ({_pct(max(delivered))}).")
         limited = sorted((o for o in up if o.limit is not None and o.limit.largest is not None),
                          key=lambda o: -(o.limit.largest or 0.0) if o.limit else 0.0)
         if limited:
