@@ -253,3 +253,19 @@ def test_a_search_that_contradicts_the_run_at_the_burst_gives_no_largest_burst()
     assert up.keeps_up and up.limit is not None and up.limit.words() == "not monotone"
     agreeing = outcome_of("lifo", ("lifo",), [run("lifo", 1, True)], survived_above, burst=2.7)
     assert agreeing.limit is not None and agreeing.limit.words() == "up to 4x"
+
+
+def test_a_pulse_on_the_paper_trace_is_the_burst_and_reaches_the_grid_past_it() -> None:
+    setup = AssessSetup(model="qwen2.5-7b-instruct", pulse_x=4.1)
+    assert burst_of(setup) == 4.1 and all(s.pulse_x == 4.1 for s in assess_specs(setup, ["no-control"]))
+    (low, high, _), (_, top, _) = burst_grids(setup)
+    assert (low, high, top) == (Decimal("1.0"), Decimal("5.25"), Decimal("10.50"))
+
+
+def test_the_options_of_the_paper_trace_and_of_a_workload_do_not_mix(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,100,10\n1.0,100,10\n")
+    for extra, error in ((["--pulse-x", "2"], "--pulse-x is the paper's pulse"),
+                         (["--token-scale", "0.5"], "--token-scale changes the paper's trace")):
+        result = CliRunner().invoke(main, ["assess", "--model", "tiny-llama", "--workload", str(trace), *extra])
+        assert result.exit_code == 2 and error in result.output

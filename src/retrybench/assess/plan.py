@@ -29,7 +29,8 @@ STEP = Decimal("0.25")
 @dataclass(frozen=True)
 class AssessSetup:
     """The deployment asked about: model, GPU, token scale, client profile (None: each control's own),
-    the recorded workload's RunSpec fields (empty: the paper's trace) and the trace seeds."""
+    the recorded workload's RunSpec fields (empty: the paper's trace, with its pulse at `pulse_x` x C-hat)
+    and the trace seeds."""
 
     model: str
     gpu: str = "h100"
@@ -37,11 +38,12 @@ class AssessSetup:
     client: str | None = None
     recorded: WorkloadFields = field(default_factory=lambda: WorkloadFields())
     seeds: tuple[int, ...] = (1, 2)
+    pulse_x: float = PAPER_PULSE_X
 
     def spec(self, condition: str, seed: int) -> RunSpec:
         """The run of `condition` on this setup at its own burst."""
         return RunSpec(model=self.model, gpu=self.gpu, condition=condition, seed=seed, token_scale=self.token_scale,
-                       client=self.client, **self.recorded)
+                       client=self.client, pulse_x=self.pulse_x, **self.recorded)
 
 
 def _candidates() -> list[str]:
@@ -72,10 +74,10 @@ def assess_specs(setup: AssessSetup, names: Sequence[str]) -> list[RunSpec]:
 
 
 def burst_of(setup: AssessSetup) -> float | None:
-    """The setup's burst in multiples of C-hat: the paper's pulse, or the largest --pulse over a recorded
+    """The setup's burst in multiples of C-hat: the paper trace's pulse, or the largest --pulse over a recorded
     workload (None: a recorded workload without a burst)."""
     if not setup.recorded:
-        return PAPER_PULSE_X
+        return setup.pulse_x
     return max((x for _, _, x in setup.recorded.get("pulses", ())), default=None)
 
 

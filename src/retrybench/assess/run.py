@@ -15,7 +15,7 @@ from pathlib import Path
 
 from retrybench.assess.plan import AssessSetup, assess_specs, burst_grids, burst_of, controls, with_burst
 from retrybench.assess.verdict import BurstLimit, ControlOutcome, SeedLimit, outcome_of, seed_limit, verdict
-from retrybench.plan.spec import RunSpec
+from retrybench.plan.spec import PAPER_PULSE_X, RunSpec
 from retrybench.records.results import Result, is_failed
 from retrybench.runs.display import Display, SilentDisplay
 from retrybench.runs.executors import Executor
@@ -94,7 +94,8 @@ def one_burst(setup: AssessSetup) -> float | None:
 def burst_words(setup: AssessSetup) -> str:
     """The setup's burst in words, for the verdict."""
     if not setup.recorded:
-        return f"the paper's burst (pulse {burst_of(setup):g} x C-hat for 107 s on the paper's trace)"
+        paper = "the paper's burst" if setup.pulse_x == PAPER_PULSE_X else "a burst"
+        return f"{paper} (pulse {setup.pulse_x:g} x C-hat for 107 s on the paper's trace)"
     pulses = setup.recorded.get("pulses", ())
     if not pulses:
         return "the recorded workload as it is (no --pulse burst)"

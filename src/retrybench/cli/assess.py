@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 
 from retrybench.cli.display import console
 from retrybench.cli.options import (
@@ -35,6 +36,8 @@ __all__ = ["assess"]
 @click.command(cls=Command)
 @model_option()
 @gpu_option()
+@click.option("--pulse-x", type=click.FloatRange(min=0, min_open=True, max=100), default=2.7, show_default=True,
+              help="On the paper's trace: its pulse, in multiples of C-hat (the paper's 2.7 by default).")
 @workload_options
 @client_option()
 @token_scale_option("Every prompt and reply length times this, on the paper's trace (with --gpu cpu --model "
@@ -50,13 +53,15 @@ __all__ = ["assess"]
               help="Skip the critical burst search (the largest burst each control survives, by bisection: a few "
                    "runs per control and seed).")
 @json_option("Print assess.json's document instead of the table and verdict; the page is written all the same.")
-def assess(model: str, gpu: str, workload: Path | None, workload_format: str | None, rate_x: float | None,
-           pulses: tuple[Pulse, ...], client: str | None, token_scale: float, seeds: tuple[int, ...],
-           conditions: tuple[str, ...], out: Path, jobs: int | None, no_boundaries: bool, as_json: bool) -> None:
+def assess(model: str, gpu: str, pulse_x: float, workload: Path | None, workload_format: str | None,
+           rate_x: float | None, pulses: tuple[Pulse, ...], client: str | None, token_scale: float,
+           seeds: tuple[int, ...], conditions: tuple[str, ...], out: Path, jobs: int | None, no_boundaries: bool,
+           as_json: bool) -> None:
     """Which control keeps this deployment up: C-hat, then every control of Table 1 and the retention
-    policies at your burst (--workload with --pulse) or the paper's, and the largest burst each survives;
-    writes OUT/index.html and OUT/assess.json. Resumable: runs are cached by spec and code version, so a
-    rerun computes only what is missing; Ctrl-C says how many are cached and exits with status 130."""
+    policies at your burst (--workload with --pulse, or --pulse-x on the paper's trace), and the largest
+    burst each survives; writes OUT/index.html and OUT/assess.json. Resumable: runs are cached by spec and
+    code version, so a rerun computes only what is missing; Ctrl-C says how many are cached and exits with
+    status 130."""
     from retrybench.assess.page import write_outputs
     from retrybench.assess.plan import AssessSetup
     from retrybench.assess.run import AssessError, AssessRequest, Interrupted
@@ -69,7 +74,10 @@ def assess(model: str, gpu: str, workload: Path | None, workload_format: str | N
     recorded = workload_spec_fields(workload, workload_format, rate_x, pulses, gpus=(gpu,), engine=parse_engine("sim"))
     if recorded and token_scale != 1.0:
         raise click.UsageError("--token-scale changes the paper's trace: a recorded workload's lengths are the file's")
-    setup = AssessSetup(model=model, gpu=gpu, token_scale=token_scale, client=client, recorded=recorded, seeds=seeds)
+    if recorded and click.get_current_context().get_parameter_source("pulse_x") is not ParameterSource.DEFAULT:
+        raise click.UsageError("--pulse-x is the paper's pulse: over --workload, give --pulse AT:DURATION:X")
+    setup = AssessSetup(model=model, gpu=gpu, token_scale=token_scale, client=client, recorded=recorded, seeds=seeds,
+                        pulse_x=pulse_x)
     request = AssessRequest(setup=setup, conditions=conditions, boundaries=not no_boundaries,
                             command=" ".join(["retrybench", *sys.argv[1:]]))
     try:
