@@ -66,6 +66,7 @@ class AssessOutcome:
 
     @property
     def failed(self) -> bool:
+        """Whether a run at the burst or of a search failed (the command exits 1)."""
         return any(o.failed_runs for o in self.outcomes) or any(
             s.status == "failed" for o in self.outcomes if o.limit for s in o.limit.seeds)
 
