@@ -46,6 +46,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "report": ("retrybench.report",),
     "sweep": ("retrybench.sweep",),
     "reproduce": ("retrybench.runs.reproduce",),
+    "assess": ("retrybench.assess",),
     "doctor": ("retrybench.cli.doctor",),
     "cli": ("retrybench.cli", "retrybench.__main__"),
 }
@@ -67,6 +68,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "report": frozenset({"leaf", "core", "domain", "claims", "report"}),
     "sweep": frozenset({"leaf", "core", "domain", "runs", "report", "sweep"}),
     "reproduce": frozenset({"leaf", "core", "domain", "calibration", "runs", "report", "sweep", "reproduce"}),
+    "assess": frozenset({"leaf", "core", "domain", "calibration", "runs", "report", "sweep", "assess"}),
     "doctor": frozenset(),  # only STDLIB_ONLY modules, below
     "cli": frozenset(LAYERS),
 }

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "block": ("retrybench.cli.runs", "Every condition of one Table 1 block."),
     "reproduce": ("retrybench.cli.reproduce", "Every block, then the reproducibility report."),
     "sweep": ("retrybench.cli.sweep", "Map run parameters x conditions x seeds."),
+    "assess": ("retrybench.cli.assess", "Which control keeps your deployment up."),
     "proxy": ("retrybench.cli.live", "Serve the overload-control proxy."),
     "engine-server": ("retrybench.cli.live", "Serve the simulated engine over HTTP."),
     "loadgen": ("retrybench.cli.live", "Replay a trace against a target, retrying."),

@@ -24,9 +24,9 @@ from retrybench.records.atomicfile import write_atomic
 __all__ = ["ENTRY_FORMAT", "DamagedEntry", "cache_dir", "cached_json", "code_version", "has_entry", "read_entry",
            "write_entry"]
 
-# Modules that only read results or hand specs to the run service (the report, sweeps, the command line, the
+# Modules that only read results or hand specs to the run service (the report, sweeps, assess, the command line, the
 # reproduce orchestration and its progress display): a change there must not invalidate every cached run.
-_NOT_RESULTS = ("report", "sweep", "cli", "runs/reproduce.py", "runs/display.py")
+_NOT_RESULTS = ("report", "sweep", "assess", "cli", "runs/reproduce.py", "runs/display.py")
 
 T = TypeVar("T")
 _RESULT_FILES = (".py", ".toml", ".csv", ".json")  # code, policies, fitted constants, layer and kernel tables
