@@ -122,7 +122,8 @@ def test_a_model_beyond_the_packaged_tables_is_built_once_into_the_cache(monkeyp
     shapes = Shapes(**{**MODELS["llama-3.1-8b-instruct"].shapes, "layers": 7})
     key = json.dumps(shapes, sort_keys=True)
     built = kernel_store.kernel_table.__wrapped__(key, "h100_sxm", "0.24.0")
-    path = kernel_store.cached_path(kernel_store.table_name(shapes, "h100_sxm", "0.24.0"))
+    path = kernel_store.cached_path(kernel_store.table_name(shapes, "h100_sxm", "0.24.0"),
+                                    metadata.version("aiconfigurator-core"))
     assert path.is_file() and built.shapes == shapes
 
     def no_second_build(*_args: object) -> KernelTable:
