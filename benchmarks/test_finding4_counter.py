@@ -13,12 +13,18 @@ from retrybench.claims import section5 as claims
 
 pytestmark = pytest.mark.finding4
 
+# Runs on which the simulator does not reproduce a claim, with what it measured (strict xfails).
+COUNTER_GAP_MISSES = {
+    ("llama-3.1-8b-instruct", 2): "measured: the prompt-token counter fell short of the admission counter over "
+    "the hold by 13.6%, under the paper's fifth",
+}
+
 
 @pytest.mark.parametrize("case", cases(claims.COUNTER_FOLLOWS_RULE))
 def test_the_prompt_token_counter_follows_its_rule(case: Case, record: Record) -> None:
     assert_claim(case, record)
 
 
-@pytest.mark.parametrize("case", cases(claims.COUNTER_GAP))
+@pytest.mark.parametrize("case", cases(claims.COUNTER_GAP, COUNTER_GAP_MISSES))
 def test_the_counter_misses_a_fifth_to_two_thirds_of_admitted_prompt_tokens(case: Case, record: Record) -> None:
     assert_claim(case, record)
