@@ -75,10 +75,14 @@ def _router_policies() -> tuple[str, ...]:
 @click.option("--max-replay-bytes", type=click.IntRange(min=0), default=64 << 20, show_default=True,
               help="An execution's output kept for retries to attach; past it no retry attaches (503) and "
                    "nothing of it is retained.")
+@click.option("--drain-timeout", "drain_timeout_s", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds a SIGTERM waits for the calls in flight (new calls get a 503 with Retry-After, /ready "
+                   "answers 503) before it ends what is left with an error event; scaled by --time-scale. "
+                   "SIGINT, or a second signal, stops at once.")
 def proxy(upstreams: tuple[str, ...], route: str | None, prefix_tokens: int, policy_name: str, host: str,
           port: int, max_body_bytes: int, log_path: Path | None, time_scale: float, retain_s: float | None,
           retain_max_bytes: int | None, connect_timeout_s: float, idle_timeout_s: float, max_executions: int,
-          max_subscribers: int, max_replay_bytes: int) -> None:
+          max_subscribers: int, max_replay_bytes: int, drain_timeout_s: float) -> None:
     """Serve the overload-control proxy in front of an OpenAI-compatible engine (or several replicas)."""
     from dataclasses import replace
 
@@ -101,7 +105,8 @@ def proxy(upstreams: tuple[str, ...], route: str | None, prefix_tokens: int, pol
                                  log_path=log_path, time_scale=time_scale,
                                  upstream_connect_timeout_s=connect_timeout_s or None,
                                  upstream_idle_timeout_s=idle_timeout_s or None, max_executions=max_executions,
-                                 max_subscribers=max_subscribers, max_replay_bytes=max_replay_bytes)
+                                 max_subscribers=max_subscribers, max_replay_bytes=max_replay_bytes,
+                                 drain_timeout_s=drain_timeout_s)
     except ValueError as error:
         raise click.UsageError(str(error)) from error
     serve_forever(settings, host, port)
