@@ -51,6 +51,7 @@ from aiohttp import web
 
 from retrybench.control.proxy import ProxyCore
 from retrybench.control.router import Router
+from retrybench.proxy.aiohttp_internals import close_idle_connections
 from retrybench.proxy.attempts import ROUTES, AttemptHandling
 from retrybench.proxy.eventlog import EventLog
 from retrybench.proxy.proxy_metrics import ProxyMetrics
@@ -113,7 +114,17 @@ class ProxyServer(AttemptHandling):
         routes = [web.post(path, self.handle_completion) for path in ROUTES]
         routes += [web.get("/ready", self.handle_ready), web.get("/metrics", self.handle_metrics),
                    web.route("*", "/{tail:.*}", self.handle_unknown)]
-        return new_app(routes, client_max_size=self.settings.max_body_bytes, health=self.handle_health)
+        app = new_app(routes, client_max_size=self.settings.max_body_bytes, health=self.handle_health)
+        app.on_response_prepare.append(self._close_when_draining)
+        return app
+
+    async def _close_when_draining(self, request: web.Request, response: web.StreamResponse) -> None:
+        """While draining, every response closes its connection: a client or balancer that keeps
+        connections alive opens a new one for its next request, which finds this proxy gone (refused:
+        it goes elsewhere) rather than a kept connection that closes under it."""
+        if self.draining:
+            response.force_close()
+            response.headers["Connection"] = "close"  # aiohttp wrote its headers before this hook
 
     async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
         """Bind and serve; returns the port (useful with port 0)."""
@@ -135,6 +146,8 @@ class ProxyServer(AttemptHandling):
         and ends what is left."""
         self.draining = True
         began = time.monotonic()
+        if self._runner is not None and self._runner.server is not None:
+            close_idle_connections(self._runner.server)  # a balancer's next request opens a new one
         settings = self.settings
         deadline = began + settings.drain_timeout_s * settings.time_scale
         if self.log.active:
