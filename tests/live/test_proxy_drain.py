@@ -3,10 +3,10 @@
 `retrybench proxy` as a process in front of the stub upstream (a process too), signalled as an
 orchestrator signals it. On SIGTERM `/ready` answers 503 at once while `/health` stays 200; every
 stream in flight completes with its whole content, a retry of one of those calls still attaches to its
-execution, a new call gets a 503 with Retry-After, and the process exits on its own once nothing is in
-flight, the decision log saying so. Calls queued in the proxy's own cap are dispatched and complete too.
-Past the drain timeout, or on a second signal, what is left ends with the SSE error event an upstream
-fault ends a stream with.
+execution, a retained response is still served, a new call gets a 503 with Retry-After, and the process
+exits on its own once nothing is in flight, the decision log saying so. Calls queued in the proxy's own
+cap are dispatched and complete too. Past the drain timeout, or on a second signal, what is left ends
+with the SSE error event an upstream fault ends a stream with.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def drain_events(path: Path) -> list[dict[str, Any]]:
 
 def test_sigterm_lets_every_call_in_flight_complete_and_the_proxy_exits(
         stub: str, proxies: list[ProxyProcess], tmp_path: Path) -> None:
-    proxy = start(proxies, stub, tmp_path, "coalescing")
+    proxy = start(proxies, stub, tmp_path, "coalescing-retain")  # completed responses kept 10 s
     tokens, interval_ms = 40, 50.0  # each call lasts 2 s
     streams = [f"stream-{i}" for i in range(5)]
     whole = [f"whole-{i}" for i in range(2)]
@@ -100,6 +100,7 @@ def test_sigterm_lets_every_call_in_flight_complete_and_the_proxy_exits(
 
     async def main() -> None:
         async with aiohttp.ClientSession() as session:
+            seen["done"] = await post(session, proxy.url, "done", body(3, 0.0))  # completed before the signal
             calls = [asyncio.create_task(post(session, proxy.url, key, body(tokens, interval_ms))) for key in streams]
             calls += [asyncio.create_task(post(session, proxy.url, key, body(tokens, interval_ms, stream=False)))
                       for key in whole]
@@ -111,6 +112,7 @@ def test_sigterm_lets_every_call_in_flight_complete_and_the_proxy_exits(
                 seen["health"] = response.status
             seen["new"] = await post(session, proxy.url, "new-call", body(tokens, interval_ms))
             seen["retry"] = await post(session, proxy.url, streams[0], body(tokens, interval_ms))
+            seen["retained"] = await post(session, proxy.url, "done", body(3, 0.0))
             seen["calls"] = await asyncio.gather(*calls)
 
     run_event_loop(lambda: within(main(), "the calls through a draining proxy"))
@@ -124,6 +126,9 @@ def test_sigterm_lets_every_call_in_flight_complete_and_the_proxy_exits(
     status, raw, headers = seen["retry"]
     assert (status, headers.get("X-Retrybench-Attached")) == (200, "1"), (status, raw)
     assert whole_stream(raw, tokens), raw[-300:]
+    status, raw, headers = seen["retained"]
+    assert (status, headers.get("X-Retrybench-Retained")) == (200, "1"), (status, raw)
+    assert raw == seen["done"][1] and whole_stream(raw, 3)
     results = dict(zip(streams + whole, seen["calls"], strict=True))
     assert all(results[k][0] == 200 and whole_stream(results[k][1], tokens) for k in streams), \
         {k: (results[k][0], results[k][1][-200:]) for k in streams}
