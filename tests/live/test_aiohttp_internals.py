@@ -18,7 +18,7 @@ from aiohttp import web
 from fixtures.waiting import within
 from packaging.requirements import Requirement
 
-from retrybench.proxy.aiohttp_internals import prepare_raw_chunked, send_head
+from retrybench.proxy.aiohttp_internals import close_idle_connections, prepare_raw_chunked, send_head
 from retrybench.proxy.http1 import frame_chunk, parse_response_head
 from retrybench.serving.aio import run_event_loop
 from retrybench.serving.app import new_app, start_app
@@ -79,3 +79,39 @@ def test_a_relayed_stream_is_chunked_and_its_body_is_the_callers_bytes_unchanged
     parsed = parse_response_head(head[:-4])
     assert parsed.status == 200 and parsed.chunked and parsed.content_length is None, head
     assert body == BODY  # nothing framed again, no last chunk added by aiohttp
+
+
+async def idle_and_busy_connections() -> tuple[int, bytes, bytes]:
+    """Two kept-alive connections, one between requests and one whose request is being served:
+    (how many close_idle_connections closed, what the idle one reads next, the busy one's response)."""
+    release, serving = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        serving.set()
+        await release.wait()
+        return web.Response(text="done")
+
+    runner, port = await start_app(new_app([web.get("/slow", slow)], client_max_size=1024), "127.0.0.1", 0)
+    try:
+        idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
+        idle_writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        await idle_reader.readuntil(b"\r\n\r\n")  # answered: now idle, kept alive
+        busy_reader, busy_writer = await asyncio.open_connection("127.0.0.1", port)
+        busy_writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert runner.server is not None
+        await serving.wait()
+        closed = close_idle_connections(runner.server)
+        idle_next = await idle_reader.read()  # b"" once closed
+        release.set()
+        busy = await busy_reader.readuntil(b"done")
+        idle_writer.close()
+        busy_writer.close()
+        return closed, idle_next, busy
+    finally:
+        await runner.cleanup()
+
+
+def test_close_idle_connections_closes_only_the_connections_between_requests() -> None:
+    closed, idle_next, busy = run_event_loop(lambda: within(idle_and_busy_connections(), "the two connections"))
+    assert closed == 1 and idle_next == b""
+    assert busy.startswith(b"HTTP/1.1 200") and busy.endswith(b"done")

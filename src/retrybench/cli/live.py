@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +23,10 @@ from retrybench.cli.options import (
     time_scale_option,
 )
 
+if TYPE_CHECKING:
+    from retrybench.proxy.proxy_config import Value
+    from retrybench.proxy.proxy_settings import ProxySettings
+
 __all__ = ["engine_server", "loadgen", "proxy"]
 
 
@@ -34,9 +39,9 @@ def _router_policies() -> tuple[str, ...]:
 @click.command(cls=Command, retired=[renamed("engine", "--upstream"), renamed("condition", "--policy"),
                                      renamed("engine-connect-timeout", "--upstream-connect-timeout"),
                                      renamed("engine-idle-timeout", "--upstream-idle-timeout")])
-@option("engine", "upstreams", required=True, multiple=True, metavar="URL",
-        help="The engine's base URL, e.g. http://127.0.0.1:8001. Repeat it for several engine replicas: --route then "
-             "picks one per execution.")
+@option("engine", "upstreams", multiple=True, metavar="URL",
+        help="The engine's base URL, e.g. http://127.0.0.1:8001 (required here, in --config or in "
+             "RETRYBENCH_PROXY_ENGINE). Repeat it for several engine replicas: --route then picks one per execution.")
 @click.option("--route", type=LazyChoice(_router_policies), default=None,
               help="How executions are spread over several --engine (default round-robin): round-robin, "
                    "least-outstanding (fewest streams open from this proxy), key-affine (rendezvous hashing "
@@ -45,7 +50,7 @@ def _router_policies() -> tuple[str, ...]:
 @click.option("--prefix-tokens", type=click.IntRange(min=0), default=2000, show_default=True,
               help="The shared system prompt's length in tokens, as --route prefix-affine describes prompts.")
 @condition_option("policy_name", default="no-control", show_default=True,
-                  help="The condition whose proxy policy to apply")
+                  help="The condition whose proxy policy to apply (in --config also a table of the policy's fields)")
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="The port to listen on (0: any free one).")
@@ -75,36 +80,72 @@ def _router_policies() -> tuple[str, ...]:
 @click.option("--max-replay-bytes", type=click.IntRange(min=0), default=64 << 20, show_default=True,
               help="An execution's output kept for retries to attach; past it no retry attaches (503) and "
                    "nothing of it is retained.")
-def proxy(upstreams: tuple[str, ...], route: str | None, prefix_tokens: int, policy_name: str, host: str,
-          port: int, max_body_bytes: int, log_path: Path | None, time_scale: float, retain_s: float | None,
-          retain_max_bytes: int | None, connect_timeout_s: float, idle_timeout_s: float, max_executions: int,
-          max_subscribers: int, max_replay_bytes: int) -> None:
+@click.option("--drain-timeout", "drain_timeout_s", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds a SIGTERM waits for the calls in flight (new calls get a 503 with Retry-After, /ready "
+                   "answers 503) before it ends what is left with an error event; scaled by --time-scale. "
+                   "SIGINT, or a second signal, stops at once.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A TOML file with any of these options as keys (--drain-timeout is drain_timeout; the "
+                   "condition by name or as a table); RETRYBENCH_PROXY_<KEY> environment variables override "
+                   "it, flags override both. docs/examples/proxy.toml.")
+@click.option("--print-config", is_flag=True,
+              help="Print the configuration the proxy would run with (as TOML --config reads) and exit.")
+@click.pass_context
+def proxy(ctx: click.Context, /, config_path: Path | None, print_config: bool, **_: object) -> None:
     """Serve the overload-control proxy in front of an OpenAI-compatible engine (or several replicas)."""
+    from dataclasses import asdict
+
+    from retrybench.cli.proxy_config_cli import configured, effective_toml
+    from retrybench.conditions.config import ConfigError as PolicyError
+    from retrybench.proxy.proxy_config import ConfigError
+    from retrybench.proxy.proxy_server import serve_forever
+
+    try:
+        values, given = configured(ctx, config_path)
+        settings = _proxy_settings(values, given.get("condition"))
+    except (ConfigError, PolicyError) as error:
+        raise click.UsageError(str(error)) from error
+    if print_config:
+        click.echo(effective_toml(ctx, values, asdict(settings.policy)), nl=False)
+        return
+    serve_forever(settings, values["host"], values["port"])
+
+
+def _proxy_settings(values: dict[str, Any], condition: Value | None) -> ProxySettings:
+    """The settings from the configured values (each parameter's, by name); raises ConfigError (either
+    kind) naming what is wrong and, for the policy, where it was set."""
     from dataclasses import replace
 
-    from retrybench.conditions.config import ConfigError, load_condition
-    from retrybench.proxy.proxy_server import ProxySettings, serve_forever
+    from retrybench.conditions.config import load_condition, proxy_policy_from_table
+    from retrybench.proxy.proxy_config import ConfigError
+    from retrybench.proxy.proxy_settings import ProxySettings
 
-    try:
-        policy = load_condition(policy_name).proxy
-        if retain_s is not None:
-            policy = replace(policy, retain_s=retain_s)
-        if retain_max_bytes is not None:
-            policy = replace(policy, retain_max_bytes=retain_max_bytes)
-    except ConfigError as error:
-        raise click.UsageError(str(error)) from error
+    upstreams: tuple[str, ...] = tuple(values["upstreams"])
+    route: str | None = values["route"]
+    if not upstreams:
+        raise ConfigError("no engine: give --engine, `engine` in --config or RETRYBENCH_PROXY_ENGINE")
+    where = "--condition" if condition is None else f"{condition.origin}: condition"
+    policy_name = values["policy_name"]
+    policy = (proxy_policy_from_table(policy_name, where) if isinstance(policy_name, dict)
+              else load_condition(policy_name).proxy)
+    retain_s, retain_max_bytes = values["retain_s"], values["retain_max_bytes"]
+    if retain_s is not None:
+        policy = replace(policy, retain_s=retain_s)
+    if retain_max_bytes is not None:
+        policy = replace(policy, retain_max_bytes=retain_max_bytes)
     if route is not None and len(upstreams) == 1:
-        raise click.UsageError(f"--route {route} needs several --engine: one engine takes every execution")
+        raise ConfigError(f"--route {route} needs several --engine: one engine takes every execution")
     try:
-        settings = ProxySettings(upstream=upstreams[0], more_upstreams=upstreams[1:], route=route or "round-robin",
-                                 prefix_tokens=prefix_tokens, policy=policy, max_body_bytes=max_body_bytes,
-                                 log_path=log_path, time_scale=time_scale,
-                                 upstream_connect_timeout_s=connect_timeout_s or None,
-                                 upstream_idle_timeout_s=idle_timeout_s or None, max_executions=max_executions,
-                                 max_subscribers=max_subscribers, max_replay_bytes=max_replay_bytes)
+        return ProxySettings(upstream=upstreams[0], more_upstreams=upstreams[1:], route=route or "round-robin",
+                             prefix_tokens=values["prefix_tokens"], policy=policy,
+                             max_body_bytes=values["max_body_bytes"], log_path=values["log_path"],
+                             time_scale=values["time_scale"],
+                             upstream_connect_timeout_s=values["connect_timeout_s"] or None,
+                             upstream_idle_timeout_s=values["idle_timeout_s"] or None,
+                             max_executions=values["max_executions"], max_subscribers=values["max_subscribers"],
+                             max_replay_bytes=values["max_replay_bytes"], drain_timeout_s=values["drain_timeout_s"])
     except ValueError as error:
-        raise click.UsageError(str(error)) from error
-    serve_forever(settings, host, port)
+        raise ConfigError(str(error)) from error
 
 
 @click.command("engine-server", cls=Command)

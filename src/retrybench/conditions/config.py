@@ -21,6 +21,7 @@ __all__ = [
     "ProxyPolicy",
     "WorkloadSpec",
     "load_condition",
+    "proxy_policy_from_table",
 ]
 
 
@@ -339,6 +340,12 @@ def _build(cls: type[_Policy], table: dict[str, Any], where: str) -> _Policy:
         raise ConfigError(f"{where}: {error}") from error
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from error
+
+
+def proxy_policy_from_table(table: dict[str, Any], where: str) -> ProxyPolicy:
+    """A proxy policy written as a table (the proxy's configuration file holds one inline); every
+    error names `where` and the field."""
+    return _build(ProxyPolicy, table, where)
 
 
 def condition_from_toml(text: str, name: str, where: str = "<policy>") -> Condition:

@@ -234,6 +234,15 @@ class ProxyCore:
                 return Refuse(503)
         return self._create(attempt, now)
 
+    def holds(self, key: str, now: float) -> bool:
+        """Whether an attempt of `key` would be answered from what the proxy already holds (its call's
+        execution, live or queued, with coalescing on; or its retained response): a draining proxy
+        takes such attempts and refuses the rest."""
+        kept = self._retained.get(key) if self._retained else None
+        if kept is not None and now < kept.until_s:
+            return True
+        return self.policy.coalescing and self._lookup(key) is not None
+
     def _lookup(self, key: str) -> Execution | None:
         execution_id = self._live_by_key.get(key)
         if execution_id is None:

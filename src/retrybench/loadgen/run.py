@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -61,7 +62,8 @@ def proxy_process(*, engine_url: str, policy: str, time_scale: float, workdir: P
     argv = [sys.executable, "-m", "retrybench", "proxy", "--engine", engine_url, "--port", str(port),
             "--condition", policy, "--log", str(workdir / PROXY_LOG), "--time-scale", repr(time_scale)]
     url = f"http://127.0.0.1:{port}"
-    with ServerProcess(argv, health_url=url + "/health", log_path=workdir / "proxy.log"):
+    # SIGINT at the end: the run is over, and nothing it did may wait for a drain
+    with ServerProcess(argv, health_url=url + "/health", log_path=workdir / "proxy.log", stop_signal=signal.SIGINT):
         yield url
 
 

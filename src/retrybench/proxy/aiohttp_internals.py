@@ -7,7 +7,8 @@ and end nothing of its body. aiohttp has no public switch for that; these functi
 `StreamWriter` (aiohttp/http_writer.py, as of 3.14): the `chunked` flag, `write(..., drain=False)`
 and `send_headers()` (from 3.12; skipped where absent). tests/live/test_aiohttp_internals.py pins
 what they do on the wire and that the installed aiohttp is in the range pyproject.toml declares;
-run it against a new aiohttp release before widening the range.
+run it against a new aiohttp release before widening the range. `close_idle_connections` reads the
+state aiohttp's own keep-alive timeout reads (a connection's `_waiter` and `_request_in_progress`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["prepare_raw_chunked", "send_head"]
+__all__ = ["close_idle_connections", "prepare_raw_chunked", "send_head"]
 
 
 async def prepare_raw_chunked(response: web.StreamResponse, request: web.BaseRequest) -> Any:
@@ -40,3 +41,16 @@ async def send_head(writer: Any, body_start: bytes) -> None:
     send_headers = getattr(writer, "send_headers", None)
     if send_headers is not None:  # a no-op once the head is out (prepare() sent it before 3.12)
         send_headers()
+
+
+def close_idle_connections(server: web.Server) -> int:
+    """Close every kept-alive connection that waits for its next request, as aiohttp's keep-alive
+    timeout closes one; a connection serving a request is left alone (closing it after its response,
+    whose head said keep-alive, would race the client's next request on it). Returns how many closed."""
+    closed = 0
+    for handler in list(server.connections):
+        waiter = getattr(handler, "_waiter", None)
+        if waiter is not None and not waiter.done() and not getattr(handler, "_request_in_progress", True):
+            handler.force_close()
+            closed += 1
+    return closed

@@ -45,6 +45,8 @@ class AttemptHandling(ExecutionControl):
     _calls: OrderedDict[tuple[str, str], tuple[int, int]]  # (tenant, call id) -> (index, attempts)
     _anonymous: int
     _calls_seen: int
+    draining: bool  # stopping: new calls are refused, attempts on what it holds still served
+    drain_refused: int  # attempts refused while draining
 
     def _attempt_number(self, tenant: str, call_id: str | None) -> tuple[int, int, str]:
         """(call index, attempt number, call id): an attempt of a call id seen before is a retry."""
@@ -76,6 +78,9 @@ class AttemptHandling(ExecutionControl):
             tenant, given_id = call_identity(request.headers)
         except BadRequest as error:
             return error_response(400, str(error), error.param)
+        if self.draining and not (given_id is not None and self.core.holds(
+                coalescing_key(tenant, given_id, request.path, body), self.now())):
+            return self._refused_while_draining()
         if len(self.relays) >= self.settings.max_executions:
             return self._over_limit("max_executions", f"the proxy holds {len(self.relays)} executions, its limit")
         call_index, attempt_no, call_id = self._attempt_number(tenant, given_id)
@@ -188,6 +193,16 @@ class AttemptHandling(ExecutionControl):
             return "max_replay_bytes", (f"execution {relay.execution_id}'s output is over "
                                         f"{self.settings.max_replay_bytes} bytes and cannot be replayed to a retry")
         return None
+
+    def _refused_while_draining(self) -> web.Response:
+        """A 503 for an attempt a draining proxy cannot answer from what it holds: its client retries
+        (behind a balancer, on another instance or on this one restarted), and its connection is closed
+        so that a client or balancer keeping it alive opens a new one."""
+        self.drain_refused += 1
+        response = error_response(503, "the proxy is draining for a restart; retry", "draining",
+                                  headers={"Retry-After": "1"})
+        response.force_close()
+        return response
 
     def _over_limit(self, limit: str, why: str) -> web.Response:
         """A 503 that names the limit the attempt ran into (a client may retry later)."""

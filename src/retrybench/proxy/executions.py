@@ -22,7 +22,7 @@ from retrybench.control.router import Router, prompt_prefix
 from retrybench.proxy.eventlog import EventLog
 from retrybench.proxy.proxy_metrics import ProxyMetrics
 from retrybench.proxy.proxy_settings import ProxySettings
-from retrybench.proxy.relay import Relay
+from retrybench.proxy.relay import SHUTDOWN, Relay
 from retrybench.proxy.upstream import TimedOut, UpstreamPool
 from retrybench.records.decisionlog import DecisionEvent
 from retrybench.serving.clock import ScaledClock
@@ -30,7 +30,6 @@ from retrybench.serving.clock import ScaledClock
 __all__ = ["SHUTDOWN", "ExecutionControl"]
 
 logger = logging.getLogger(__name__)
-SHUTDOWN = "shutdown"  # an execution's outcome when the proxy stopped while it ran
 
 
 class ExecutionControl:

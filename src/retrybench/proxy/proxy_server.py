@@ -22,17 +22,28 @@ execution: the core ends it, so no retry attaches to it and nothing of it is ret
 its subscribers gets an OpenAI-style error it can act on: a 502 (504 for a timeout) before any
 byte of the stream was sent, else an SSE error event and the stream's proper end.
 
+On SIGTERM the proxy drains: `/ready` answers 503 at once (`/health` stays 200), an attempt it can answer
+from what it holds (its call's execution, or a retained response) is still taken, any other gets a 503
+with Retry-After, and it stops once no client waits for anything, or after `drain_timeout_s` (scaled),
+ending what is left as it ends a stream whose upstream failed (an SSE error event, a 503 before the
+head). A rolling restart so loses no call: every stream in flight completes, and the retries of those
+calls still find their executions. SIGINT, or a second signal while draining, stops at once.
+
 This module is the server's entry point and its top layer: its state, binding, the small routes, the
-periodic housekeeping (log flush, the engines' waiting gauge), shutdown, and serving until a signal.
+periodic housekeeping (log flush, the engines' waiting gauge), draining, shutdown, and serving until a
+signal.
 `ProxySettings` is re-exported here, as the one argument `ProxyServer` and `serve_forever` take.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import signal
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict
 
 import aiohttp
@@ -40,18 +51,21 @@ from aiohttp import web
 
 from retrybench.control.proxy import ProxyCore
 from retrybench.control.router import Router
+from retrybench.proxy.aiohttp_internals import close_idle_connections
 from retrybench.proxy.attempts import ROUTES, AttemptHandling
 from retrybench.proxy.eventlog import EventLog
 from retrybench.proxy.proxy_metrics import ProxyMetrics
 from retrybench.proxy.proxy_settings import ProxySettings
 from retrybench.proxy.upstream import UpstreamPool
 from retrybench.records.decisionlog import DecisionLogHeader
-from retrybench.serving.aio import metric_sums
-from retrybench.serving.app import new_app, serve_until_signalled, start_app
+from retrybench.serving.aio import metric_sums, run_event_loop
+from retrybench.serving.app import new_app, start_app
 from retrybench.serving.clock import ScaledClock
 from retrybench.serving.openai_api import error_response
 
 __all__ = ["ProxyServer", "ProxySettings", "serve_forever", "tune_gc_for_serving"]
+
+DRAIN_POLL_S = 0.02  # how often a draining proxy looks whether a client still waits (wall seconds)
 
 
 class ProxyServer(AttemptHandling):
@@ -86,6 +100,8 @@ class ProxyServer(AttemptHandling):
         self._scraper: asyncio.Task[None] | None = None
         self._stopping = False
         self._awaited_at_stop = set()
+        self.draining = False
+        self.drain_refused = 0
         header: DecisionLogHeader = {"t0_unix": time.time(), "time_scale": settings.time_scale,
                                      "upstream": settings.upstream, "policy": asdict(settings.policy)}
         if several:
@@ -96,8 +112,19 @@ class ProxyServer(AttemptHandling):
 
     def app(self) -> web.Application:
         routes = [web.post(path, self.handle_completion) for path in ROUTES]
-        routes += [web.get("/metrics", self.handle_metrics), web.route("*", "/{tail:.*}", self.handle_unknown)]
-        return new_app(routes, client_max_size=self.settings.max_body_bytes, health=self.handle_health)
+        routes += [web.get("/ready", self.handle_ready), web.get("/metrics", self.handle_metrics),
+                   web.route("*", "/{tail:.*}", self.handle_unknown)]
+        app = new_app(routes, client_max_size=self.settings.max_body_bytes, health=self.handle_health)
+        app.on_response_prepare.append(self._close_when_draining)
+        return app
+
+    async def _close_when_draining(self, request: web.Request, response: web.StreamResponse) -> None:
+        """While draining, every response closes its connection: a client or balancer that keeps
+        connections alive opens a new one for its next request, which finds this proxy gone (refused:
+        it goes elsewhere) rather than a kept connection that closes under it."""
+        if self.draining:
+            response.force_close()
+            response.headers["Connection"] = "close"  # aiohttp wrote its headers before this hook
 
     async def start(self, host: str = "127.0.0.1", port: int = 8000) -> int:
         """Bind and serve; returns the port (useful with port 0)."""
@@ -113,9 +140,41 @@ class ProxyServer(AttemptHandling):
         self._scraper = asyncio.create_task(self._housekeeping())
         return bound
 
+    async def drain(self, interrupted: asyncio.Event) -> str:
+        """Stop taking new calls and wait until no client waits for anything, at most the drain timeout
+        or until `interrupted`; returns why it stopped waiting (idle, timeout, signal). `stop` follows,
+        and ends what is left."""
+        self.draining = True
+        began = time.monotonic()
+        if self._runner is not None and self._runner.server is not None:
+            close_idle_connections(self._runner.server)  # a balancer's next request opens a new one
+        settings = self.settings
+        deadline = began + settings.drain_timeout_s * settings.time_scale
+        if self.log.active:
+            self._log({"ev": "drain", "phase": "start", "executions": len(self.relays),
+                       "subscribers": self.open_subscribers, "timeout_s": settings.drain_timeout_s})
+        reason = "idle"
+        while self.open_subscribers > 0:
+            left = deadline - time.monotonic()
+            if interrupted.is_set() or left <= 0:
+                reason = "signal" if interrupted.is_set() else "timeout"
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(interrupted.wait(), min(left, DRAIN_POLL_S))
+        if self.log.active:
+            cut = sorted(i for i, r in self.relays.items() if r.live or r.pending)
+            self._log({"ev": "drain", "phase": "end", "reason": reason, "waited_s": time.monotonic() - began,
+                       "refused": self.drain_refused, "cut": cut})
+        self.log.flush()
+        return reason
+
     async def stop(self) -> None:
+        """End every execution: one a client still waits for as an upstream fault ends it (an SSE error
+        event, or a 503), the others (nobody waits: orphaned) by closing their upstream connection."""
         self._stopping = True  # the executions ended below are cut off by the shutdown, not cancelled
         self._awaited_at_stop = {i for i, r in self.relays.items() if r.live or r.pending}
+        for execution_id in self._awaited_at_stop:
+            self.relays[execution_id].cut("the proxy is shutting down; retry")
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -142,6 +201,11 @@ class ProxyServer(AttemptHandling):
         status = 200 if self.upstreams else 503
         return web.json_response({"upstreams": len(self.upstreams), "route": self.settings.route if
                                   self.router is not None else None}, status=status)
+
+    async def handle_ready(self, request: web.Request) -> web.Response:
+        """Whether to send it new calls: 200 while it serves, 503 from the moment it starts draining."""
+        ready = bool(self.upstreams) and not self.draining
+        return web.json_response({"ready": ready, "draining": self.draining}, status=200 if ready else 503)
 
     async def handle_metrics(self, request: web.Request) -> web.Response:
         body, content_type = self.metrics.render()
@@ -189,10 +253,33 @@ def tune_gc_for_serving() -> None:
     gc.set_threshold(*SERVING_GC_THRESHOLDS)
 
 
+async def serve_until_stopped(settings: ProxySettings, host: str, port: int, banner: Callable[[int], str]) -> None:
+    """Serve until a signal: SIGTERM drains first (a second signal cuts the drain short), SIGINT stops
+    at once; then stop, which ends what is left and flushes the log."""
+    server = ProxyServer(settings)
+    loop = asyncio.get_running_loop()
+    signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
+    interrupted = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, signals.put_nowait, sig)
+    bound = await server.start(host, port)
+    print(banner(bound), flush=True)
+    try:
+        if await signals.get() == signal.SIGTERM:
+            print("retrybench proxy: draining (SIGTERM or SIGINT again stops at once)", flush=True)
+            second = asyncio.create_task(signals.get())
+            second.add_done_callback(lambda _: interrupted.set())
+            reason = await server.drain(interrupted)
+            second.cancel()
+            print(f"retrybench proxy: drained ({reason})", flush=True)
+    finally:
+        await server.stop()
+
+
 def serve_forever(settings: ProxySettings, host: str, port: int) -> None:
-    """Run the proxy until SIGINT or SIGTERM, then close every stream and flush the log."""
+    """Run the proxy until a signal (SIGTERM: drain first), then end what is left and flush the log."""
     tune_gc_for_serving()
     upstreams = ", ".join(settings.upstreams)
     routed = f" (route {settings.route})" if len(settings.upstreams) > 1 else ""
-    serve_until_signalled(lambda: ProxyServer(settings), host, port,
-                          lambda _, bound: f"retrybench proxy on http://{host}:{bound} -> {upstreams}{routed}")
+    run_event_loop(lambda: serve_until_stopped(
+        settings, host, port, lambda bound: f"retrybench proxy on http://{host}:{bound} -> {upstreams}{routed}"))

@@ -39,8 +39,13 @@ class ProxySettings:
     max_executions: int = 50_000  # queued or streaming at once (the paper's overloads hold a few thousand)
     max_subscribers: int = 1_000  # attempts on one execution (a call's retries attach to it)
     max_replay_bytes: int = 64 << 20  # an execution's output kept for retries to attach (a 300k-token stream)
+    # On SIGTERM, how long the proxy waits for the calls in flight before it ends what is left (the
+    # proxy's seconds, so scaled by time_scale). A deployment's grace period must be longer.
+    drain_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
+        if self.drain_timeout_s < 0:
+            raise ValueError(f"the drain timeout must be >= 0, got {self.drain_timeout_s}")
         upstreams = self.upstreams
         if len(set(upstreams)) != len(upstreams):
             raise ValueError(f"the upstreams must be distinct, got {list(upstreams)}")

@@ -22,11 +22,12 @@ from typing import Any, Protocol
 from retrybench.control.proxy import Subscriber
 from retrybench.proxy.http1 import ChunkedScanner, ResponseHead, frame_chunk
 from retrybench.proxy.proxy_settings import ProxySettings
-from retrybench.proxy.upstream import MAX_CLIENT_BUFFER, TimedOut, UpstreamPool
+from retrybench.proxy.upstream import MAX_CLIENT_BUFFER, Cut, TimedOut, UpstreamPool
 from retrybench.serving.openai_api import error_body
 
-__all__ = ["ClientSubscriber", "Relay", "RelayOwner"]
+__all__ = ["SHUTDOWN", "ClientSubscriber", "Relay", "RelayOwner"]
 
+SHUTDOWN = "shutdown"  # an execution's outcome when the proxy stopped while it ran
 JSON = "application/json"
 SSE_END = b"data: [DONE]\n\n"  # the last event of an OpenAI-compatible stream
 
@@ -176,7 +177,10 @@ class Relay:
     def on_end(self, error: str | None) -> None:
         if self.ended is None or self.ended.done():
             return
-        if isinstance(error, TimedOut):
+        if isinstance(error, Cut):  # the proxy's own end: nothing the engine did, so the core is not told
+            self._fail(503, str(error), report=False)
+            outcome = SHUTDOWN
+        elif isinstance(error, TimedOut):
             outcome = self._fail(504, f"upstream timed out: {error}")
         elif error is not None:
             outcome = self._fail(502, f"upstream failed: {error}")
@@ -200,7 +204,7 @@ class Relay:
                 outcome = self.server.whole_response(self)
         self.ended.set_result(outcome)
 
-    def _fail(self, status: int, message: str) -> str:
+    def _fail(self, status: int, message: str, report: bool = True) -> str:
         """The upstream exchange broke: the core ends the execution (no retry attaches to it, nothing
         of it is retained) and every subscriber gets the error: as the whole response, or as the
         end of a stream already under way."""
@@ -212,7 +216,8 @@ class Relay:
         else:
             self.status, self.content_type = status, JSON
             self.chunks = [error_body(status, message)]
-        self.server.engine_event(self, "refused")
+        if report:
+            self.server.engine_event(self, "refused")
         return "failed"
 
     def _error_tail(self, status: int, message: str) -> bytes | None:
@@ -228,6 +233,19 @@ class Relay:
         clean = self._framed and fix == b"" and (not last or last.endswith(b"\n\n\r\n"))
         event = b"data: " + error_body(status, message) + b"\n\n" + SSE_END
         return fix + frame_chunk(event if clean else b"\n\n" + event) + b"0\r\n\r\n"
+
+    def cut(self, reason: str) -> None:
+        """End the execution for the proxy's shutdown: every subscriber gets a 503 saying `reason` (a
+        call may be retried elsewhere), as its whole response or as the end of its stream (an SSE error
+        event, as for an upstream fault). An execution still queued in the proxy is answered the same."""
+        connection = self.connection
+        if connection is not None and connection.sink is self:
+            connection.abort(Cut(reason))  # closes the upstream connection, then ends here (on_end)
+        elif self.ended is not None:
+            self.on_end(Cut(reason))  # dispatched, its connection not yet open
+        elif not self.done:  # queued in the proxy: never dispatched
+            self.status, self.content_type, self.chunks = 503, JSON, [error_body(503, reason)]
+            self.ready.set()
 
     def close_upstream(self) -> None:
         if self.connection is not None:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from retrybench.proxy.http1 import ChunkedScanner, FramingError, ResponseHead, parse_response_head
 
-__all__ = ["MAX_CLIENT_BUFFER", "Sink", "TimedOut", "UpstreamPool"]
+__all__ = ["MAX_CLIENT_BUFFER", "Cut", "Sink", "TimedOut", "UpstreamPool"]
 
 MAX_HEAD_BYTES = 64 << 10
 MAX_CLIENT_BUFFER = 4 << 20  # bytes queued for one client before it counts as gone
@@ -34,6 +34,10 @@ MAX_FILLER = 1 << 20  # the most bytes sent to end a chunk the upstream broke of
 
 class TimedOut(str):
     """The error an exchange ends with when a timeout ended it (a gateway timeout, not a failure)."""
+
+
+class Cut(str):
+    """The error an exchange ends with when the proxy ended it itself: its drain ran out of time."""
 
 
 class Sink(Protocol):
@@ -159,6 +163,11 @@ class _Connection(asyncio.Protocol):
     def time_out(self, idle_s: float) -> None:
         """End the exchange: nothing came for `idle_s` seconds (the engine sees the client leave)."""
         self._end(TimedOut(f"no progress from the upstream for {idle_s:g} s"))
+
+    def abort(self, error: str) -> None:
+        """End the exchange at once with `error` (its sink ends its clients' streams properly), and
+        close the connection."""
+        self._end(error)
 
     def close(self) -> None:
         """End the exchange by closing the connection (the engine sees the client leave)."""

@@ -13,6 +13,9 @@ and its time `t` (policy seconds since the proxy started):
 - expire (retained responses released): {"actions"}
 - route (several upstreams): {"execution", "upstream"}
 - end: {"execution", "fate"}
+- drain (SIGTERM): "phase" start {"executions", "subscribers", "timeout_s"}, then end {"reason" (idle,
+  timeout, signal), "waited_s" (wall), "refused" (new calls answered 503), "cut" (executions still
+  awaited, then ended by the shutdown)}
 `actions` are the core's actions that reach the engine, the queue or the retained responses, as
 [kind, execution id] pairs (kind: cancel, dispatch, drop, retain, release). Logs of several proxy
 instances merged into one (loadgen/assemble.py) add each event's "instance".

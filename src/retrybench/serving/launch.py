@@ -52,11 +52,14 @@ def _child_setup(cpus: frozenset[int] | None) -> Callable[[], None]:
 class ServerProcess:
     """A server subprocess that is ready (its health URL answers 200) inside the `with` block and
     gone after it, whatever happened. `env` adds to (and overrides) this process's environment;
-    `cpus` pins the server to those CPUs (default: this process's own affinity)."""
+    `cpus` pins the server to those CPUs (default: this process's own affinity). `stop_signal` is what
+    stops it at the end (SIGINT stops the proxy at once, where SIGTERM would let it drain first)."""
 
     def __init__(self, argv: list[str], *, health_url: str, log_path: Path, start_timeout_s: float = 30.0,
-                 env: dict[str, str] | None = None, cpus: frozenset[int] | None = None) -> None:
+                 env: dict[str, str] | None = None, cpus: frozenset[int] | None = None,
+                 stop_signal: signal.Signals = signal.SIGTERM) -> None:
         self.argv = argv
+        self.stop_signal = stop_signal
         self.health_url = health_url
         self.log_path = log_path
         self.start_timeout_s = start_timeout_s
@@ -70,6 +73,15 @@ class ServerProcess:
         if self._process is None:
             raise RuntimeError("the server is not started")
         return self._process.pid
+
+    def wait(self, timeout_s: float) -> int | None:
+        """The exit status once the process has exited, or None if it still runs after `timeout_s`."""
+        if self._process is None:
+            raise RuntimeError("the server is not started")
+        try:
+            return self._process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
 
     def log_text(self) -> str:
         try:
@@ -118,10 +130,10 @@ class ServerProcess:
         self._shutdown()
 
     def _shutdown(self) -> None:
-        """SIGTERM (the server flushes its logs), then SIGKILL after 5 s."""
+        """The stop signal (the server flushes its logs), then SIGKILL after 5 s."""
         process = self._process
         if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(self.stop_signal)
             try:
                 process.wait(timeout=5.0)
             except subprocess.TimeoutExpired:
