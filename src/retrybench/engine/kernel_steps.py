@@ -32,20 +32,16 @@ class StepTimer(Protocol):
     def __call__(self, seqs: int, tokens: int, sampled: int, attention_pairs: float, context_tokens: int,
                  decode_context_tokens: int, chunks: ChunkList = (), /) -> float: ...
 
+
 def kernel_step_timer(table: KernelTable, *, fixed_s: float, per_seq_s: float) -> StepTimer:
     """The step timer of `table` with these host costs, reading what the table works out once (KernelTable's
     dense lists and memos), so that pricing a step costs about what the roofline's formula does."""
     token_s, head_s = table.dense_tokens_s, table.dense_logits_s
     prefill_s, prefill_attention_s = table.prefill_memo_s, table.prefill_attention_s
     tokens_s, logits_s, decode_row_s = table.tokens_s, table.logits_s, table.decode_row_s
+    decode_rows = table.decode_rows_s
     contexts = table.decode_context
     last = len(contexts) - 2
-
-    def decode_attention_s(decodes: int, context: float) -> float:
-        row = decode_row_s(decodes)
-        i = min(max(bisect_right(contexts, context) - 1, 0), last)
-        value = row[i] + (context - contexts[i]) * (row[i + 1] - row[i]) / (contexts[i + 1] - contexts[i])
-        return value if value > 0.0 else 0.0
 
     def step_time_s(seqs: int, tokens: int, sampled: int, attention_pairs: float, context_tokens: int,
                     decode_context_tokens: int, chunks: ChunkList = ()) -> float:
@@ -58,8 +54,14 @@ def kernel_step_timer(table: KernelTable, *, fixed_s: float, per_seq_s: float) -
                 cost = prefill_s[chunk] = prefill_attention_s(*chunk)
             t += cost
         decodes = seqs - len(chunks)
-        if decodes > 0:
-            t += decode_attention_s(decodes, decode_context_tokens / decodes)
+        if decodes > 0:  # the decode count's row of the table, read linearly at the mean context
+            row = decode_rows.get(decodes) or decode_row_s(decodes)
+            context = decode_context_tokens / decodes
+            i = bisect_right(contexts, context) - 1
+            i = 0 if i < 0 else (last if i > last else i)
+            value = row[i] + (context - contexts[i]) * (row[i + 1] - row[i]) / (contexts[i + 1] - contexts[i])
+            if value > 0.0:
+                t += value
         return t
 
     return step_time_s
