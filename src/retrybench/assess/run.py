@@ -18,7 +18,7 @@ from retrybench.assess.verdict import BurstLimit, ControlOutcome, SeedLimit, out
 from retrybench.plan.spec import PAPER_PULSE_X, RunSpec
 from retrybench.records.results import Result, is_failed
 from retrybench.runs.display import Display, SilentDisplay
-from retrybench.runs.executors import Executor
+from retrybench.runs.executors import Executor, Interrupted
 from retrybench.runs.store import run_is_cached
 from retrybench.sweep.bisect import Bisection, grid
 
@@ -27,15 +27,6 @@ __all__ = ["AssessError", "AssessOutcome", "AssessRequest", "Interrupted", "asse
 
 class AssessError(ValueError):
     """A request that cannot run (an unknown control)."""
-
-
-class Interrupted(Exception):
-    """Ctrl-C during an assessment: the runs stopped, those finished are cached."""
-
-    def __init__(self, done: int, total: int) -> None:
-        super().__init__(f"interrupted: {done} of {total} distinct runs finished and are cached; run the same "
-                         "command again to resume from there")
-        self.done, self.total = done, total
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,20 @@ from retrybench.runs.plan import PlannedRun, RunPlan, plan_runs
 from retrybench.runs.simulate import summarize_spec
 from retrybench.runs.store import read_run, through_cache
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "Progress", "compute", "make_executor", "run_one", "run_safely",
-           "run_specs"]
+__all__ = ["EXECUTORS", "Executor", "Interrupted", "LocalExecutor", "Progress", "compute", "make_executor", "run_one",
+           "run_safely", "run_specs"]
 
 Progress = Callable[[RunSpec, Result], None]
 EXECUTORS = ("local", "ray")  # the simulator's; a live engine is chosen by naming it (make_executor's `engine`)
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a command's runs (reproduce, assess): the runs stopped, those finished are cached."""
+
+    def __init__(self, done: int, total: int) -> None:
+        super().__init__(f"interrupted: {done} of {total} distinct runs finished and are cached; run the same "
+                         "command again to resume from there")
+        self.done, self.total = done, total
 
 
 class Executor(Protocol):

@@ -22,7 +22,7 @@ from retrybench.plan.spec import RunSpec
 from retrybench.plan.speeds import side_speeds, speed_label
 from retrybench.records.results import Result, is_failed
 from retrybench.runs.display import Display, SilentDisplay
-from retrybench.runs.executors import Executor, make_executor, run_specs
+from retrybench.runs.executors import Executor, Interrupted, make_executor, run_specs
 from retrybench.runs.ray import RayMissing
 from retrybench.runs.store import run_is_cached
 from retrybench.sweep.reproduce import BOUNDARIES, Computed, compute_maps, wanted
@@ -40,15 +40,6 @@ BlockPlan = list[tuple[str, RunSpec]]  # (block, spec) in Table 1's order; block
 
 class ReproduceError(ValueError):
     """A request that cannot run (an unknown model or block, a live engine asked for the simulator's work)."""
-
-
-class Interrupted(Exception):
-    """Ctrl-C during a reproduction: the runs stopped, those finished are cached."""
-
-    def __init__(self, done: int, total: int) -> None:
-        super().__init__(f"interrupted: {done} of {total} distinct runs finished and are cached; run the same "
-                         "command again to resume from there")
-        self.done, self.total = done, total
 
 
 @dataclass(frozen=True)
