@@ -25,6 +25,7 @@ from retrybench.traffic.client import CallFailed, ClientAction, RetryingClient, 
 
 SEED = 2024
 PROFILES = ("anthropic-sdk", "openai-sdk", "paper", "tenacity-typical")
+STACKS = ("sdk-in-tenacity", "sdk-in-tenacity-behind-gateway", "sdk-in-tenacity-behind-gateway-no-retries")
 PACKAGES = {"openai-sdk": "openai", "anthropic-sdk": "anthropic", "tenacity-typical": "tenacity"}
 
 
@@ -301,7 +302,7 @@ def test_invalid_settings_name_the_field_and_what_is_allowed(changes: dict[str, 
 
 
 def test_the_shipped_profiles() -> None:
-    assert available_client_profiles() == sorted(PROFILES)
+    assert available_client_profiles() == sorted(PROFILES + STACKS)
 
 
 @pytest.mark.parametrize("name", PROFILES)
@@ -334,7 +335,7 @@ def test_tenacity_profile_says_it_is_a_typical_configuration() -> None:
 
 def test_an_unknown_profile_lists_the_known_ones() -> None:
     with pytest.raises(ConfigError, match="unknown client profile 'botocore'; known: anthropic-sdk, openai-sdk, "
-                                          "paper, tenacity-typical"):
+                                          "paper, sdk-in-tenacity"):
         load_client_profile("botocore")
 
 
@@ -349,7 +350,7 @@ def test_a_profile_file_by_path(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ('source = "s"\n', "'description' must be a non-empty string"),
     ('description = "d"\n', "'source' must be a non-empty string"),
-    ('description = "d"\nsource = "s"\nclients = 1\n', "unknown key 'clients'; allowed: client, description, source"),
+    ('description = "d"\nsource = "s"\nclients = 1\n', "unknown key 'clients'; allowed: client, description, layer, source"),
     ('description = "d"\nsource = "s"\n[client]\nmax_retry = 1\n', "unknown field 'max_retry'"),
     ('description = "d"\nsource = "s"\n[client]\nretry_on = "error"\n', "field 'retry_on' must be an array"),
     ('description = "d"\nsource = "s"\n[client]\nretry_on = ["error,timed_out"]\n', "must be an array of outcomes"),

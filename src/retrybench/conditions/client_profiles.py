@@ -10,22 +10,27 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from retrybench.conditions.client_stack import StackLayer, layers_from_tables
 from retrybench.conditions.config import ClientPolicy, ConfigError, _build
 
-__all__ = ["PAPER_CLIENT", "ClientProfile", "available_client_profiles", "client_profile", "load_client_profile"]
+__all__ = ["PAPER_CLIENT", "ClientProfile", "available_client_profiles", "client_profile", "client_stack",
+           "load_client_profile"]
 
 PAPER_CLIENT = "paper"
-_TOP_KEYS = ("client", "description", "source")
+_TOP_KEYS = ("client", "description", "layer", "source")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ClientProfile:
-    """One profile: its name, what it models, where its rules come from, and the policy."""
+    """One profile: its name, what it models, where its rules come from, and the policy. A stacked
+    profile (`[[layer]]` tables, conditions/client_stack.py) has its layers, outermost first, and its
+    outermost layer's policy as `policy`."""
 
     name: str
     description: str
     source: str
     policy: ClientPolicy
+    layers: tuple[StackLayer, ...] = ()
 
 
 def _profile_dir() -> Path:
@@ -44,17 +49,18 @@ def _text(data: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
-def _policy(table: Any, where: str) -> ClientPolicy:
-    """The [client] table as a ClientPolicy; retry_on is a TOML array of outcomes, the policy's a string."""
+def _policy(table: Any, where: str, section: str = "[client]") -> ClientPolicy:
+    """The [client] table (or a layer's) as a ClientPolicy; retry_on is a TOML array of outcomes, the policy's a
+    string."""
     if not isinstance(table, dict):
-        raise ConfigError(f"{where}: [client] must be a table")
+        raise ConfigError(f"{where}: {section} must be a table")
     table = dict(table)
     retry_on = table.get("retry_on")
     if retry_on is not None:
         if not isinstance(retry_on, list) or not all(isinstance(o, str) and "," not in o for o in retry_on):
-            raise ConfigError(f"{where} [client]: field 'retry_on' must be an array of outcomes, got {retry_on!r}")
+            raise ConfigError(f"{where} {section}: field 'retry_on' must be an array of outcomes, got {retry_on!r}")
         table["retry_on"] = ",".join(retry_on)
-    return _build(ClientPolicy, table, f"{where} [client]")
+    return _build(ClientPolicy, table, f"{where} {section}")
 
 
 def profile_from_toml(text: str, name: str, where: str = "<client profile>") -> ClientProfile:
@@ -66,6 +72,12 @@ def profile_from_toml(text: str, name: str, where: str = "<client profile>") -> 
     for key in data:
         if key not in _TOP_KEYS:
             raise ConfigError(f"{where}: unknown key {key!r}; allowed: {', '.join(_TOP_KEYS)}")
+    if "layer" in data:
+        if "client" in data:
+            raise ConfigError(f"{where}: give either [client] or [[layer]] tables, not both")
+        layers = layers_from_tables(data["layer"], where, _policy)
+        return ClientProfile(name=name, description=_text(data, "description", where),
+                             source=_text(data, "source", where), policy=layers[0].policy, layers=layers)
     return ClientProfile(name=name, description=_text(data, "description", where), source=_text(data, "source", where),
                          policy=_policy(data.get("client", {}), where))
 
@@ -80,6 +92,11 @@ def client_profile(name_or_path: str) -> ClientProfile:
         raise ConfigError(f"unknown client profile {name_or_path!r}; known: "
                           f"{', '.join(available_client_profiles())} (or give the path of a .toml file)")
     return profile_from_toml(candidate.read_text(), name_or_path, f"clients/{candidate.name}")
+
+
+def client_stack(name_or_path: str) -> tuple[StackLayer, ...] | None:
+    """The layers of a stacked profile, outermost first; None for a one-policy ([client]) profile."""
+    return client_profile(name_or_path).layers or None
 
 
 def load_client_profile(name_or_path: str) -> ClientPolicy:
