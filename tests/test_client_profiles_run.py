@@ -88,4 +88,4 @@ def test_an_unknown_client_fails_before_any_run(monkeypatch: pytest.MonkeyPatch)
     result = _run("--condition", "retries-on-cancel-on", "--client", "requests")
     assert result.exit_code == 2
     assert "Invalid value for '--client': unknown client profile 'requests'; known: anthropic-sdk, openai-sdk, " \
-           "paper, tenacity-typical" in result.output
+           "paper, sdk-in-tenacity" in result.output

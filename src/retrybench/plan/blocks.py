@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from retrybench.control.router import ROUTER_POLICIES
-from retrybench.plan.spec import RunSpec
+from retrybench.plan.spec import OverrideValue, RunSpec
 
 __all__ = ["BLOCKS", "DEFAULT_BLOCKS", "PAPER_MODELS", "TABLE1", "UNSEEN_SEEDS", "Block", "block_specs", "blocks_plan",
            "paper_runs", "table1_plan", "unseen_seeds_plan"]
@@ -53,6 +53,9 @@ class Block:
     # Run only when named (`reproduce --block NAME`), not by default: a block too long for a default
     # reproduction on a small machine.
     opt_in: bool = False
+    # (client, overrides) pairs run under the block's first condition only, beside its crossing: a stacked
+    # client with one layer's retries off, say.
+    variants: tuple[tuple[str | None, tuple[tuple[str, OverrideValue], ...]], ...] = ()
 
 
 COMPOSITION = ("no-control", "retry-budget", "coalescing", "budget-first", "lookup-first")
@@ -73,6 +76,20 @@ REPLICA_CONDITIONS = ("no-control", "coalescing", "deferred-cancellation", "retr
 REPLICA_DEPLOYMENTS: tuple[Mapping[str, Any], ...] = tuple(
     {"replicas": n, **({"router": router} if n > 1 else {}), "proxies": PROXY_INSTANCES, **tier}
     for n in REPLICA_COUNTS for router in (ROUTER_POLICIES if n > 1 else ("round-robin",)) for tier in PROXY_TIERS)
+# Beyond the paper: retry layers stacked (docs/stacks.md), crossed with the controls, and each stack with one
+# layer's retries off under no control.
+STACKS = ("openai-sdk", "sdk-in-tenacity", "sdk-in-tenacity-behind-gateway", "sdk-in-tenacity-behind-gateway-no-retries")
+STACK_CONDITIONS = ("no-control", "coalescing", "retry-budget")
+STACK_LAYERS_OFF: tuple[tuple[str | None, tuple[tuple[str, OverrideValue], ...]], ...] = (
+    ("openai-sdk", (("client.retries", False),)),
+    ("sdk-in-tenacity", (("layer.tenacity.retries", False),)),
+    ("sdk-in-tenacity", (("layer.sdk.retries", False),)),
+    ("sdk-in-tenacity-behind-gateway", (("layer.tenacity.retries", False),)),
+    ("sdk-in-tenacity-behind-gateway", (("layer.sdk.retries", False),)),
+    ("sdk-in-tenacity-behind-gateway", (("layer.gateway.retries", False),)),
+    ("sdk-in-tenacity-behind-gateway-no-retries", (("layer.tenacity.retries", False),)),
+    ("sdk-in-tenacity-behind-gateway-no-retries", (("layer.sdk.retries", False),)),
+)
 BUDGET_WITH_CANCELLATION = ("no-control", "retries-on-cancel-on", "retry-budget", "retry-budget-cancel-on",
                             "deferred-cancellation")
 
@@ -100,6 +117,10 @@ BLOCKS: dict[str, Block] = {
                          pulses_x=PULSES_X, paper=False,
                          clients=(None, "openai-sdk", "anthropic-sdk", "tenacity-typical")),
     # Beyond the paper: N engine replicas behind a router and the proxy as several instances.
+    # Beyond the paper: retry layers stacked (application, SDK, gateway) under no control, coalescing and the
+    # retry budget, and with one layer's retries off.
+    "stacked-retries": Block(name="stacked-retries", conditions=STACK_CONDITIONS, models=(PRIMARY_MODEL,),
+                             section="3.1", paper=False, clients=STACKS, variants=STACK_LAYERS_OFF),
     "replicas": Block(name="replicas", conditions=REPLICA_CONDITIONS, models=(PRIMARY_MODEL,), section="6.1, 6.3",
                       paper=False, deployments=REPLICA_DEPLOYMENTS, opt_in=True),
 }
@@ -132,7 +153,7 @@ def block_specs(name: str, model: str, runs: int | None = None, gpu: str = "h100
     if count < 1:
         raise ValueError(f"runs must be >= 1, got {count}")
     steps = block.step_tokens or (8192,) * len(block.conditions)
-    return [
+    specs = [
         replace(RunSpec(model=model, condition=condition, seed=seed, gpu=gpu, pulse_x=pulse,
                         max_batched_tokens=step, mixed_prompts=block.mixed_prompts, trace=block.traced,
                         client=client), **deployment)
@@ -142,6 +163,11 @@ def block_specs(name: str, model: str, runs: int | None = None, gpu: str = "h100
         for deployment in block.deployments
         for condition, step in zip(block.conditions, steps, strict=True)
     ]
+    return specs + [RunSpec(model=model, condition=block.conditions[0], seed=seed, gpu=gpu, pulse_x=pulse,
+                            max_batched_tokens=steps[0], mixed_prompts=block.mixed_prompts, trace=block.traced,
+                            client=client, overrides=overrides)
+                    for seed in range(first_seed, first_seed + count) for pulse in block.pulses_x
+                    for client, overrides in block.variants]
 
 
 def blocks_plan(names: list[str], models: list[str], gpu: str, runs: int | None,

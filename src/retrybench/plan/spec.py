@@ -205,6 +205,8 @@ def condition_for(spec: RunSpec) -> Condition:
     if spec.client is not None:
         condition = replace(condition, client=load_client_profile(spec.client))
     for name, value in spec.overrides:
+        if name.startswith("layer."):
+            continue  # a stacked client's layer: plan/stack_spec.py sets it
         condition = _overridden(condition, name, value)
     return condition
 

@@ -13,7 +13,7 @@ from typing import NotRequired, TypedDict
 from typing_extensions import ReadOnly, TypeIs
 
 __all__ = ["FailedRun", "HostCosts", "LiveFields", "Metrics", "PromptWork", "Result", "RetryTiming", "RunSummary",
-           "Series", "SpecFields", "is_failed"]
+           "Series", "SpecFields", "StackFields", "StackSummary", "is_failed"]
 
 
 class SpecFields(TypedDict):
@@ -134,7 +134,23 @@ class LiveFields(TypedDict, total=False):
     workdir: ReadOnly[str]
 
 
-class RunSummary(SpecFields, Metrics, RetryTiming, PromptWork, LiveFields, HostCosts):
+class StackFields(TypedDict):
+    """What each layer of a stacked client did (docs/stacks.md), outermost first: its name, its timeout kind,
+    its attempts over the run's calls and the most it made for one call."""
+
+    layers: ReadOnly[list[str]]
+    timeout_kinds: ReadOnly[list[str]]
+    attempts: ReadOnly[list[int]]
+    max_attempts: ReadOnly[list[int]]
+
+
+class StackSummary(TypedDict, total=False):
+    """Only a run with a stacked client has this key."""
+
+    stack: ReadOnly[StackFields]
+
+
+class RunSummary(SpecFields, Metrics, RetryTiming, PromptWork, LiveFields, HostCosts, StackSummary):
     """One run's result: its spec (top-level engine_cap resolved; `spec` as given), C-hat, the metrics."""
 
     chat: ReadOnly[float]

@@ -14,11 +14,13 @@ from typing import Any, cast
 
 from retrybench.analysis import section5, summarize
 from retrybench.analysis.delivery import delivered_per_window, waiting_total
+from retrybench.conditions.config import ConfigError
 from retrybench.engine.profiles import profile_for
 from retrybench.plan.recorded import trace_for
 from retrybench.plan.spec import RunSpec, condition_for, engine_config_for
+from retrybench.plan.stack_spec import client_stack_for
 from retrybench.records.cache import code_version
-from retrybench.records.results import HostCosts, LiveFields, PromptWork, RunSummary, Series, SpecFields
+from retrybench.records.results import HostCosts, LiveFields, PromptWork, RunSummary, Series, SpecFields, StackSummary
 from retrybench.records.runlog import RunLog
 from retrybench.records.tracefile import write_trace
 from retrybench.sim.deployment import simulate_deployment
@@ -49,13 +51,16 @@ def simulate_spec(spec: RunSpec, chat: float, trace: TraceEvents | None = None) 
     }
     if profile.host_costs_from not in (None, spec.gpu):
         meta["host_costs_from"] = profile.host_costs_from
+    stack = client_stack_for(spec)
+    if stack is not None and spec.deployed:
+        raise ConfigError("a stacked client profile runs on one engine behind one proxy, not on a deployment")
     if spec.deployed:
         cap_given = spec.engine_cap if spec.engine_cap is not None else condition.engine_cap
         return simulate_deployment(replica_profiles(spec, cap_given), calls, client=condition.client,
                                    proxy=condition.proxy, seed=spec.seed, meta=meta, deployment=deployment_of(spec),
                                    prefix_tokens=workload.shared_prefix_tokens, trace=trace)
     return simulate(profile, calls, client=condition.client, proxy=condition.proxy, seed=spec.seed,
-                    meta=meta, prefix_tokens=workload.shared_prefix_tokens, trace=trace)
+                    meta=meta, prefix_tokens=workload.shared_prefix_tokens, trace=trace, stack=stack)
 
 
 def series(log: RunLog) -> Series:
@@ -64,6 +69,12 @@ def series(log: RunLog) -> Series:
     waiting = waiting_total(log)[::SERIES_STEP_S]
     return Series(delivered_per_60s=[n for _, n in delivered_per_window(log, 60.0)],
                   waiting_step_s=SERIES_STEP_S, waiting=[int(w) for w in waiting])
+
+
+def stack_summary(log: RunLog) -> StackSummary:
+    """A stacked client's per-layer attempts (the run log's meta), for a run that had one."""
+    stack = log.meta.get("stack")
+    return StackSummary(stack=cast(Any, stack)) if stack is not None else StackSummary()
 
 
 def run_summary(spec: RunSpec, chat: float, log: RunLog, started: float,
@@ -76,7 +87,8 @@ def run_summary(spec: RunSpec, chat: float, log: RunLog, started: float,
     traced = section5.trace_summary(events, log) if events is not None else PromptWork()
     host = HostCosts(host_costs_from=str(log.meta["host_costs_from"])) if "host_costs_from" in log.meta else HostCosts()
     summary: RunSummary = {**resolved, "chat": round(chat, 4), **summarize(log), **section5.timing_and_counters(log),
-                           **traced, **(live or LiveFields()), **host, "spec": given, "series": series(log),
+                           **traced, **(live or LiveFields()), **host, **stack_summary(log), "spec": given,
+                           "series": series(log),
                            "wall_s": round(time.perf_counter() - started, 3), "code_version": code_version()}
     return summary
 

@@ -7,12 +7,14 @@ A run ends when no call is outstanding; the engine may still hold orphaned execu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from heapq import heappop
 
 import numpy as np
 
+from retrybench.conditions.client_stack import StackLayer
 from retrybench.conditions.config import ClientPolicy, ProxyPolicy
 from retrybench.control.proxy import (
     Action,
@@ -47,6 +49,7 @@ from retrybench.records.runlog import (
 from retrybench.records.tracefile import TraceEvent
 from retrybench.sim.loop import EventLoop
 from retrybench.traffic.client import CallDelivered, CallFailed, ClientAction, RetryingClient, SendAttempt
+from retrybench.traffic.stack import StackedClient, stack_meta
 from retrybench.traffic.workload import Call
 
 __all__ = ["simulate"]
@@ -89,10 +92,12 @@ class _Call:
 class _Sim:
     def __init__(self, profile: EngineProfile, calls: Sequence[Call], client: ClientPolicy,
                  proxy: ProxyPolicy, seed: int, prefix_tokens: int,
-                 trace: list[TraceEvent] | None) -> None:
+                 trace: list[TraceEvent] | None, stack: Sequence[StackLayer] | None = None) -> None:
         self.loop = EventLoop()
         self.engine = EngineCore(profile, prefix_tokens=prefix_tokens, trace=trace)
-        self.client = RetryingClient(client, np.random.default_rng([seed, 10]))
+        # A stacked client (a [[layer]] profile) is seeded as the one-policy client, so one layer is the same.
+        self.stack = StackedClient(stack, np.random.default_rng([seed, 10])) if stack else None
+        self.client: RetryingClient | StackedClient = self.stack or RetryingClient(client, np.random.default_rng([seed, 10]))
         self.proxy = ProxyCore(proxy)
         self.cancel_delay_s = proxy.cancel_delay_s
         self.calls = [_Call(call) for call in calls]
@@ -221,11 +226,13 @@ class _Sim:
             self.delivered_to_subscriber.add(decision.execution_id)
             self._end_attempt(record, runlog.COMPLETED, now)
             return
-        self.loop.push(record.deadline_s, _DEADLINE, record)
+        if record.deadline_s < math.inf:
+            self.loop.push(record.deadline_s, _DEADLINE, record)
         if isinstance(decision, Attach):
             record.attached = True
             if decision.first_token:
                 record.first_token_s = now  # replayed from the start
+                self._first_token(record, now)
             return
         assert isinstance(decision, Create)
         self.execution_created[decision.execution_id] = (call.index, record.attempt_no, now)
@@ -233,7 +240,7 @@ class _Sim:
             self._dispatch(decision.execution_id, now)
 
     def _deadline(self, record: _Attempt, now: float) -> None:
-        if record.outcome is not None:
+        if record.outcome is not None or now < record.deadline_s:  # ended, or moved later by a first token
             return
         self._end_attempt(record, runlog.TIMED_OUT, now)
         self._apply(self.proxy.on_subscriber_left((record.call_index, record.attempt_no), now), now)
@@ -267,6 +274,7 @@ class _Sim:
             return
         if action.kind == "first_token":
             record.first_token_s = now
+            self._first_token(record, now)
         elif action.kind == "completed":
             if record.execution_id is not None:
                 self.delivered_to_subscriber.add(record.execution_id)
@@ -274,6 +282,16 @@ class _Sim:
         elif action.kind == "refused":
             refused: AttemptOutcome = runlog.REFUSED_429 if action.status == 429 else runlog.REFUSED_503
             self._end_attempt(record, refused, now, action.retry_after_s)
+
+    def _first_token(self, record: _Attempt, now: float) -> None:
+        """A stacked client's first-byte timeouts stop once the first token arrived: the attempt's new deadline."""
+        if self.stack is None:
+            return
+        deadline = self.stack.on_first_token(record.call_index, record.attempt_no, now)
+        if deadline != record.deadline_s:
+            record.deadline_s = deadline
+            if deadline < math.inf:
+                self.loop.push(deadline, _DEADLINE, record)
 
     def _result_bytes(self, execution_id: int) -> int:
         """The size of a completed execution's response as an OpenAI-compatible server streams it."""
@@ -311,6 +329,8 @@ class _Sim:
         self.engine.snapshot()
         executions = [self._execution_record(eid) for eid in sorted(self.execution_created)]
         counters = self.engine.scheduler.counters
+        if self.stack is not None:  # what each layer did, outermost first (docs/stacks.md)
+            meta = {**meta, "stack": stack_meta(self.stack, range(self.arrived))}
         return RunLog(meta=meta, calls=calls, attempts=attempts, executions=executions,
                       samples=self.samples, end_s=end_s,
                       counters={"prompt_tokens_total": counters.prompt_tokens_total,
@@ -360,12 +380,14 @@ class _Sim:
 
 def simulate(profile: EngineProfile, calls: Sequence[Call], *, client: ClientPolicy, proxy: ProxyPolicy,
              seed: int, meta: RunMeta, prefix_tokens: int = 2000,
-             trace: list[TraceEvent] | None = None, stop_s: float | None = None) -> RunLog:
+             trace: list[TraceEvent] | None = None, stop_s: float | None = None,
+             stack: Sequence[StackLayer] | None = None) -> RunLog:
     """One run: every call in `calls` played through the client, proxy and engine.
 
-    It ends when no call is outstanding, or at `stop_s` (calibration stops after its stages).
+    It ends when no call is outstanding, or at `stop_s` (calibration stops after its stages). With `stack`
+    (a [[layer]] client profile's layers) the client is a stacked one and `client` is not read.
     """
     with cyclic_gc_paused():  # a run allocates much and frees little
-        sim = _Sim(profile, calls, client, proxy, seed, prefix_tokens, trace)
+        sim = _Sim(profile, calls, client, proxy, seed, prefix_tokens, trace, stack)
         end_s = sim.run(stop_s)
         return sim.log(end_s, meta)

@@ -21,7 +21,7 @@ attempt's deadline back, later than before where a first-byte layer no longer cu
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +30,7 @@ from retrybench.conditions.client_stack import StackLayer
 from retrybench.records.runlog import COMPLETED, TIMED_OUT
 from retrybench.traffic.client import CallDelivered, CallFailed, ClientAction, RetryingClient, SendAttempt
 
-__all__ = ["StackedClient"]
+__all__ = ["StackedClient", "stack_meta"]
 
 
 @dataclass(slots=True)
@@ -194,3 +194,14 @@ class StackedClient:
         call.done = True
         self._outstanding -= 1
         return action
+
+
+def stack_meta(client: StackedClient, call_indices: Iterable[int]) -> dict[str, list[str] | list[int]]:
+    """What each layer did over the given (started) calls, outermost first, for a run log's meta: its name,
+    its timeout kind, the attempts it made in all and the most it made for one call."""
+    per_call = [client.layer_attempts(i) for i in call_indices]
+    n = len(client.layers)
+    return {"layers": [layer.name for layer in client.layers],
+            "timeout_kinds": [layer.timeout_kind for layer in client.layers],
+            "attempts": [sum(made[k] for made in per_call) for k in range(n)],
+            "max_attempts": [max((made[k] for made in per_call), default=0) for k in range(n)]}
