@@ -350,7 +350,8 @@ def test_a_profile_file_by_path(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ('source = "s"\n', "'description' must be a non-empty string"),
     ('description = "d"\n', "'source' must be a non-empty string"),
-    ('description = "d"\nsource = "s"\nclients = 1\n', "unknown key 'clients'; allowed: client, description, layer, source"),
+    ('description = "d"\nsource = "s"\nclients = 1\n',
+     "unknown key 'clients'; allowed: client, description, layer, source"),
     ('description = "d"\nsource = "s"\n[client]\nmax_retry = 1\n', "unknown field 'max_retry'"),
     ('description = "d"\nsource = "s"\n[client]\nretry_on = "error"\n', "field 'retry_on' must be an array"),
     ('description = "d"\nsource = "s"\n[client]\nretry_on = ["error,timed_out"]\n', "must be an array of outcomes"),

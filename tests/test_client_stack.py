@@ -95,7 +95,8 @@ def test_a_delivered_attempt_ends_the_call_in_every_layer() -> None:
 # -- timeouts -------------------------------------------------------------------------------------------
 
 def test_the_wire_deadline_is_the_earliest_layers() -> None:
-    client = stacked(layer("app", 1, timeout_s=60.0), layer("sdk", 1, timeout_s=600.0), layer("gw", 1, 10.0, "first_byte"))
+    client = stacked(layer("app", 1, timeout_s=60.0), layer("sdk", 1, timeout_s=600.0),
+                     layer("gw", 1, 10.0, "first_byte"))
     assert client.start_call(0, 5.0) == SendAttempt(0, 0, 5.0, 15.0)
 
 
@@ -169,12 +170,13 @@ def test_a_one_layer_stack_gives_the_retrying_clients_attempts(profile: str, see
     plain = RetryingClient(policy, np.random.default_rng([seed, 10]))
     stack = StackedClient([StackLayer(name="only", policy=policy)], np.random.default_rng([seed, 10]))
     calls = 3
-    actions = {i: (plain.start_call(i, float(i)), stack.start_call(i, float(i))) for i in range(calls)}
+    actions: dict[int, tuple[ClientAction, ClientAction]] = {
+        i: (plain.start_call(i, float(i)), stack.start_call(i, float(i))) for i in range(calls)}
     for step, (outcome, after, retry_after) in enumerate(outcomes):
         i = step % calls
         a, b = actions[i]
         assert a == b
-        if not isinstance(a, SendAttempt):
+        if not isinstance(a, SendAttempt) or not isinstance(b, SendAttempt):
             continue
         now = a.send_s + min(after, a.deadline_s - a.send_s) if outcome != TIMED_OUT else a.deadline_s
         actions[i] = (plain.on_outcome(i, a.attempt_no, outcome, now, retry_after),
@@ -218,7 +220,8 @@ HEAD = 'description = "d"\nsource = "s"\n'
     ('[[layer]]\nname = "a"\n[[layer]]\nname = "a"\n', "mine.toml [[layer]] 1 ('a'): layer name 'a' used twice"),
     ('[[layer]]\nname = "gw"\ntimeout_kind = "idle"\n',
      "mine.toml [[layer]] 0 ('gw'): field 'timeout_kind' must be one of total, first_byte; got 'idle'"),
-    ('[[layer]]\nname = "a"\n[[layer]]\nname = "gw"\nmax_retry = 2\n', "mine.toml [[layer]] 1 ('gw'): unknown field 'max_retry'"),
+    ('[[layer]]\nname = "a"\n[[layer]]\nname = "gw"\nmax_retry = 2\n',
+     "mine.toml [[layer]] 1 ('gw'): unknown field 'max_retry'"),
     ('[[layer]]\nname = "gw"\nmax_retries = 99\n', "mine.toml [[layer]] 0 ('gw'): max_retries must be in [0, 20]"),
     ('[[layer]]\nname = "gw"\nretry_on = "error"\n', "mine.toml [[layer]] 0 ('gw'): field 'retry_on' must be an array"),
 ])

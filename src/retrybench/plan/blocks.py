@@ -78,7 +78,8 @@ REPLICA_DEPLOYMENTS: tuple[Mapping[str, Any], ...] = tuple(
     for n in REPLICA_COUNTS for router in (ROUTER_POLICIES if n > 1 else ("round-robin",)) for tier in PROXY_TIERS)
 # Beyond the paper: retry layers stacked (docs/stacks.md), crossed with the controls, and each stack with one
 # layer's retries off under no control.
-STACKS = ("openai-sdk", "sdk-in-tenacity", "sdk-in-tenacity-behind-gateway", "sdk-in-tenacity-behind-gateway-no-retries")
+STACKS = ("openai-sdk", "sdk-in-tenacity", "sdk-in-tenacity-behind-gateway",
+          "sdk-in-tenacity-behind-gateway-no-retries")
 STACK_CONDITIONS = ("no-control", "coalescing", "retry-budget")
 STACK_LAYERS_OFF: tuple[tuple[str | None, tuple[tuple[str, OverrideValue], ...]], ...] = (
     ("openai-sdk", (("client.retries", False),)),

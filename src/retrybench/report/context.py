@@ -58,6 +58,7 @@ from retrybench.report.sections import (
     Table3Row,
     TestVerdict,
 )
+from retrybench.report.stacks import stacks_section
 from retrybench.report.verdicts import NOT_REPRODUCED, NOT_RUN, REPRODUCED, UNCERTAIN, ClaimCheck, checks_of, verdict
 
 __all__ = ["build_context", "run_file_name"]
@@ -75,7 +76,8 @@ def run_file_name(result: Result) -> str:
     s = spec_of(result)
     extra = "".join(("-mixed" if s.mixed_prompts else "", "-traced" if s.trace else "",
                      f"-cap{s.engine_cap}" if s.engine_cap is not None else "",
-                     f"-client-{s.client}" if s.client is not None else "", deployment_suffix(s)))
+                     f"-client-{s.client}" if s.client is not None else "", deployment_suffix(s),
+                     "".join(f"-{k}-{v}" for k, v in s.overrides)))
     return f"{s.model}-{s.gpu}-{s.condition}-seed{s.seed}-pulse{s.pulse_x}-{s.max_batched_tokens}{extra}.json"
 
 
@@ -120,6 +122,7 @@ def build_context(results: Iterable[Result], meta: Mapping[str, object], runs: i
         "sdk_clients": _sdk_clients(rs),
         "sdk_verdicts": _sdk_verdicts(rs),
         "replicas": replicas_section(rs),
+        "stacks": stacks_section(rs),
         "setup": _setup(rs),
         "failed": [{"spec": _describe(e), "block": e.block, "error": e.result["error"]}
                    for e in [*rs.entries, *rs.beyond] if is_failed(e.result)],

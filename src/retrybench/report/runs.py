@@ -25,7 +25,10 @@ _SPEC_FIELDS = tuple(asdict(RunSpec(model="m", condition="c", seed=0)))
 def spec_of(result: Mapping[str, Any]) -> RunSpec:
     """The run spec a result (or a failed run's record) was computed from."""
     source = result.get("spec", result)  # a result's top-level engine_cap is the resolved one
-    return RunSpec(**{k: source[k] for k in _SPEC_FIELDS if k in source})
+    given = {k: source[k] for k in _SPEC_FIELDS if k in source}
+    if isinstance(given.get("overrides"), dict):  # as_dict writes the sorted pairs as an object
+        given["overrides"] = tuple(sorted(given["overrides"].items()))
+    return RunSpec(**given)
 
 
 class MissingRun(LookupError):

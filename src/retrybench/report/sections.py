@@ -10,6 +10,7 @@ from typing import NotRequired, TypedDict
 from retrybench.report.boundaries import BoundariesSection
 from retrybench.report.margins import MarginsSection
 from retrybench.report.real_engine import RealEngineSection
+from retrybench.report.stacks import StacksSection
 
 __all__ = ["BlockRow", "BlockSection", "CheckRow", "Counts", "FailedRow", "Fig1", "Fig1Line", "Fig3", "Fig3Bar", "Fig4",
            "Fig4Bar", "Fig5", "Fig5Bar", "Fig5Group", "Fig6", "Fig6Point", "FigSdk", "Figures", "HeadlineFigure",
@@ -354,3 +355,4 @@ class ReportContext(TypedDict):
     real_engine: NotRequired[RealEngineSection | None]
     margins: NotRequired[MarginsSection | None]  # the verdicts over the engine-speed band (None: not run)
     boundaries: NotRequired[BoundariesSection]
+    stacks: NotRequired[StacksSection | None]  # the stacked-retries block (report/stacks.py)

@@ -97,7 +97,8 @@ class _Sim:
         self.engine = EngineCore(profile, prefix_tokens=prefix_tokens, trace=trace)
         # A stacked client (a [[layer]] profile) is seeded as the one-policy client, so one layer is the same.
         self.stack = StackedClient(stack, np.random.default_rng([seed, 10])) if stack else None
-        self.client: RetryingClient | StackedClient = self.stack or RetryingClient(client, np.random.default_rng([seed, 10]))
+        self.client: RetryingClient | StackedClient = (self.stack or
+                                                       RetryingClient(client, np.random.default_rng([seed, 10])))
         self.proxy = ProxyCore(proxy)
         self.cancel_delay_s = proxy.cancel_delay_s
         self.calls = [_Call(call) for call in calls]

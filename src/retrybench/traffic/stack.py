@@ -83,7 +83,8 @@ class StackedClient:
         """The wire attempt's first token arrived at `now`: its deadline from now on (math.inf: none)."""
         call = self._outstanding_call(call_index, attempt_no)
         if now < call.wire_send_s:
-            raise ValueError(f"call {call_index}: first token at {now} before the attempt was sent ({call.wire_send_s})")
+            raise ValueError(f"call {call_index}: first token at {now} before the attempt was sent "
+                             f"({call.wire_send_s})")
         call.first_token = [True] * len(self._layers)
         return self._deadline(call)
 
