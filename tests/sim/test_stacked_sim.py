@@ -38,9 +38,10 @@ def qwen() -> EngineProfile:
 
 GATEWAY_S = 0.3  # below the small trace's time to first token for some attempts: the gateway cuts them
 PROXY = ProxyPolicy(cancellation="immediate")
+PAPER = ClientPolicy()
 
 
-def run(stack: list[StackLayer] | None, client: ClientPolicy = ClientPolicy(), proxy: ProxyPolicy = PROXY) -> RunLog:
+def run(stack: list[StackLayer] | None, client: ClientPolicy = PAPER, proxy: ProxyPolicy = PROXY) -> RunLog:
     return simulate(qwen(), calls(7), client=client, proxy=proxy, seed=1, meta=dict(META), stack=stack)
 
 
