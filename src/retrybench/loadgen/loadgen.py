@@ -24,6 +24,7 @@ import aiohttp
 import numpy as np
 from typing_extensions import TypedDict  # not typing's: realvllm/record.py holds SendLateness
 
+from retrybench.conditions.client_stack import StackLayer
 from retrybench.conditions.config import ClientPolicy
 from retrybench.records.atomicfile import write_atomic
 from retrybench.records.runlog import (
@@ -40,6 +41,7 @@ from retrybench.records.runlog import (
 from retrybench.serving.aio import run_event_loop
 from retrybench.serving.clock import ScaledClock
 from retrybench.traffic.client import CallDelivered, CallFailed, RetryingClient, SendAttempt
+from retrybench.traffic.stack import StackedClient, stack_meta
 from retrybench.traffic.workload import Trace
 
 __all__ = ["LoadMeta", "LoadResult", "LoadgenSettings", "SendLateness", "run_load", "run_loadgen"]
@@ -63,6 +65,8 @@ class LoadgenSettings:
     api_key: str = "retrybench"
     stream: bool = True
     max_calls: int | None = None
+    # A stacked client's layers (a [[layer]] profile, docs/stacks.md), outermost first, in place of `client`.
+    stack: tuple[StackLayer, ...] | None = None
 
     def __post_init__(self) -> None:
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
@@ -93,6 +97,7 @@ class LoadMeta(TypedDict, total=False):
     send_lateness: SendLateness
     wall_s: float
     interrupted: bool
+    stack: dict[str, Any]  # a stacked client's: what each layer did (traffic/stack.py's stack_meta)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,7 +203,12 @@ class _Load:
         calls = trace.calls if settings.max_calls is None else trace.calls[: settings.max_calls]
         self.calls = calls
         self.order = sorted(range(len(calls)), key=lambda i: calls[i].arrival_s)
-        self.client = RetryingClient(settings.client, np.random.default_rng([settings.seed, 10]))
+        rng = np.random.default_rng([settings.seed, 10])
+        self.stack = StackedClient(settings.stack, rng) if settings.stack else None
+        self.client: RetryingClient | StackedClient = self.stack or RetryingClient(settings.client, rng)
+        # A stacked client's open attempts, by call: the timeout that cuts each and its deadline (trace s),
+        # moved when a first token ends a first-byte layer's timeout.
+        self.timeouts: dict[int, tuple[asyncio.Timeout, float]] = {}
         self.url = settings.target.rstrip("/") + "/v1/completions"
         self.auth = f"Bearer {settings.api_key}"
         self.n_prefix = trace.spec.shared_prefix_tokens
@@ -340,6 +350,8 @@ class _Load:
         self.states[index].attempts += 1
         self.in_flight += 1
         deadline = asyncio.timeout(self.clock.wall(action.deadline_s) - _clock())
+        if self.stack is not None:
+            self.timeouts[index] = (deadline, action.deadline_s)
         try:
             async with deadline:
                 outcome = await self._exchange(record, body, headers)
@@ -348,7 +360,21 @@ class _Load:
             if not deadline.expired():
                 raise
             outcome, now = TIMED_OUT, action.deadline_s
+            if self.stack is not None:
+                now = self.timeouts[index][1]
+        finally:
+            self.timeouts.pop(index, None)
         self._report(record, outcome, now)
+
+    def _first_token(self, record: AttemptInFlight) -> None:
+        """A stacked client's first-byte layers stop cutting the attempt: its timeout moves to the new deadline."""
+        assert self.stack is not None and record.first_token_s is not None
+        index = record.call_index
+        deadline_s = self.stack.on_first_token(index, record.attempt_no, max(record.first_token_s, record.sent_s))
+        timeout, _old = self.timeouts[index]
+        loop_now = asyncio.get_running_loop().time()
+        timeout.reschedule(None if deadline_s == math.inf else loop_now + self.clock.wall(deadline_s) - _clock())
+        self.timeouts[index] = (timeout, deadline_s)
 
     async def _exchange(self, record: AttemptInFlight, body: bytes, headers: dict[str, str]) -> AttemptOutcome:
         """Send one attempt and read its answer; a cancellation (the deadline) closes the connection."""
@@ -390,6 +416,8 @@ class _Load:
             if first:
                 record.first_token_s = self.clock.now()
                 first = False
+                if self.stack is not None:
+                    self._first_token(record)
         return ERROR  # the stream ended without [DONE]
 
     def _report(self, record: AttemptInFlight, outcome: AttemptOutcome, now: float) -> None:
@@ -461,6 +489,8 @@ class _Load:
             "send_lateness": {"p50_ms": p50, "p99_ms": p99, "max_ms": worst, "n": int(lateness.size)},
             "wall_s": _clock() - self.started, "interrupted": interrupted,
         }  # fmt: skip
+        if self.stack is not None:
+            meta["stack"] = stack_meta(self.stack, [self.order[i] for i in range(self.arrived)])
         calls = [
             CallRecord(index=c.index, arrival_s=c.arrival_s, prompt_tokens=c.prompt_tokens,
                        response_tokens=c.response_tokens, attempts=s.attempts, delivered_s=s.delivered_s,

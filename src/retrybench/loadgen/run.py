@@ -36,6 +36,7 @@ from retrybench.loadgen.assemble import Scrape, assemble_run_log, merge_proxy_lo
 from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, run_load
 from retrybench.plan.recorded import trace_for
 from retrybench.plan.spec import DEFAULT_GPU_MEMORY_UTILIZATION, RunSpec, engine_config_for
+from retrybench.plan.stack_spec import client_stack_for
 from retrybench.proxy.eventlog import PROXY_LOG, read_event_log
 from retrybench.records.runlog import RunLog, RunMeta
 from retrybench.serving.aio import metric_sums, run_event_loop
@@ -135,7 +136,8 @@ def run_live(spec: RunSpec, *, time_scale: float, workdir: Path, chat: float, st
     proxy_log = workdir / PROXY_LOG
     with _engine(spec, engine_url, time_scale, cap, stream_interval, workdir) as engine, \
             proxy(engine_url=engine, policy=spec.condition, time_scale=time_scale, workdir=workdir) as proxy_url:
-        settings = LoadgenSettings(target=proxy_url, client=condition.client, seed=spec.seed, time_scale=time_scale)
+        settings = LoadgenSettings(target=proxy_url, client=condition.client, seed=spec.seed, time_scale=time_scale,
+                                   stack=client_stack_for(spec))
         box: list[tuple[LoadResult, list[Scrape]]] = []
 
         async def main() -> None:
@@ -154,6 +156,8 @@ def run_live(spec: RunSpec, *, time_scale: float, workdir: Path, chat: float, st
         "kv_blocks": profile_for(spec.model, spec.gpu, engine_config).kv_blocks,
         "engine_url": engine_url or "engine-server", "stream_interval": stream_interval,
     }
+    if "stack" in load.meta:
+        meta["stack"] = load.meta["stack"]
     log = assemble_run_log(load_meta=load.meta, calls=load.calls, attempts=load.attempts,
                            call_ids=[c.call_id for c in trace.calls], proxy_header=header, proxy_events=events,
                            scrapes=scrapes, meta=meta, end_s=end_s)
