@@ -16,6 +16,7 @@ def figure_stacks(section: StacksSection) -> str:
     if not bars:
         return _empty(TITLE, "stacked-retries run")
     stacks = section["stacks"]
+    top_all = max(max(b["wire_per_call"], b["executions_per_call"]) for b in bars)
     with _figure("figstacks", 7.2, 3.2, ncols=len(stacks)) as (fig, axes):
         for ax, stack in zip(axes, stacks, strict=True):
             mine = [b for b in bars if b["stack"] == stack]
@@ -28,8 +29,12 @@ def figure_stacks(section: StacksSection) -> str:
                 top = max(b["wire_per_call"], b["executions_per_call"])
                 ax.annotate(f"{b['recovered']}/{b['runs']}", (x, top), ha="center", va="bottom", fontsize=7)
             ax.set_yscale("log")
+            ax.set_ylim(0.8, top_all * 2)  # one scale for every panel
+            ticks = [t for t in (1, 2, 5, 10, 20, 50, 100) if t <= top_all * 2]
+            ax.set_yticks(ticks, [str(t) for t in ticks])
+            ax.minorticks_off()
             ax.set_xticks(list(xs), [b["control"] for b in mine], rotation=60, ha="right", fontsize=7)
-            ax.set_title(stack, fontsize=7)
+            ax.set_title(stack.replace("-behind-", "\nbehind-"), fontsize=7)
         axes[0].set_ylabel("per call (mean over runs, log)\nlabels: runs recovered")
         fig.legend(loc="outside lower center", ncols=2, frameon=False)
         alt = "Bars per stack and control: " + "; ".join(

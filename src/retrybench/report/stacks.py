@@ -129,7 +129,7 @@ def _row(cell: _Cell) -> StackRow:
             "recovered": f"{cell.recovered} of {len(runs)}", "wire_per_call": fmt.span(cell.per_call("attempts")),
             "executions_per_call": fmt.span(cell.per_call("executions_created")),
             "layer_attempts_per_call": _layer_text(cell),
-            "max_wire_attempts": fmt.span([float(m) for m in most if m is not None], 0),
+            "max_wire_attempts": fmt.span([m for m in most if m is not None], 0),
             "hold_delivered_pct": fmt.span([r["hold_delivered_pct"] for r in runs]),
             "pulse_delivered_pct": fmt.span([r["pulse_delivered_pct"] for r in runs])}
 
