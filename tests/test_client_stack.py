@@ -240,3 +240,12 @@ def test_a_stack_file_by_path(tmp_path: Path) -> None:
     assert layers == (StackLayer(name="app", policy=ClientPolicy(max_retries=3)),
                       StackLayer(name="gw", timeout_kind="first_byte",
                                  policy=replace(ClientPolicy(), attempt_timeout_s=10.0, retry_on="timed_out")))
+
+
+@pytest.mark.parametrize("name", ["sdk-in-tenacity", "sdk-in-tenacity-behind-gateway",
+                                  "sdk-in-tenacity-behind-gateway-no-retries"])
+def test_each_shipped_stack_says_how_many_requests_one_call_may_make(name: str) -> None:
+    profile = client_profile(name)
+    assert profile.source and len(profile.layers) >= 2
+    most = math.prod(layer.policy.max_attempts for layer in profile.layers)
+    assert re.search(rf"up to [^:]*= {most} requests for one call", profile.description), profile.description
