@@ -73,6 +73,9 @@ REPLICA_CONDITIONS = ("no-control", "coalescing", "deferred-cancellation", "retr
 REPLICA_DEPLOYMENTS: tuple[Mapping[str, Any], ...] = tuple(
     {"replicas": n, **({"router": router} if n > 1 else {}), "proxies": PROXY_INSTANCES, **tier}
     for n in REPLICA_COUNTS for router in (ROUTER_POLICIES if n > 1 else ("round-robin",)) for tier in PROXY_TIERS)
+# Beyond the paper: deadline propagation (docs/deadlines.md) beside no control, abort-on-disconnect and deferral.
+DEADLINES = ("no-control", "retries-on-cancel-on", "deferred-cancellation", "deadline-propagation",
+             "deadline-admission", "deadline-deferred")
 BUDGET_WITH_CANCELLATION = ("no-control", "retries-on-cancel-on", "retry-budget", "retry-budget-cancel-on",
                             "deferred-cancellation")
 
@@ -99,6 +102,8 @@ BLOCKS: dict[str, Block] = {
     "sdk-clients": Block(name="sdk-clients", conditions=SDK_CONDITIONS, models=PAPER_MODELS, section="3.1",
                          pulses_x=PULSES_X, paper=False,
                          clients=(None, "openai-sdk", "anthropic-sdk", "tenacity-typical")),
+    # Beyond the paper: the proxy acts on the deadline each client sends (docs/deadlines.md).
+    "deadlines": Block(name="deadlines", conditions=DEADLINES, models=(PRIMARY_MODEL,), section="6.3", paper=False),
     # Beyond the paper: N engine replicas behind a router and the proxy as several instances.
     "replicas": Block(name="replicas", conditions=REPLICA_CONDITIONS, models=(PRIMARY_MODEL,), section="6.1, 6.3",
                       paper=False, deployments=REPLICA_DEPLOYMENTS, opt_in=True),
