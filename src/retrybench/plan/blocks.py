@@ -103,7 +103,8 @@ BLOCKS: dict[str, Block] = {
                          pulses_x=PULSES_X, paper=False,
                          clients=(None, "openai-sdk", "anthropic-sdk", "tenacity-typical")),
     # Beyond the paper: the proxy acts on the deadline each client sends (docs/deadlines.md).
-    "deadlines": Block(name="deadlines", conditions=DEADLINES, models=(PRIMARY_MODEL,), section="6.3", paper=False),
+    "deadlines": Block(name="deadlines", conditions=DEADLINES, models=(PRIMARY_MODEL,), section="6.3", traced=True,
+                       paper=False),
     # Beyond the paper: N engine replicas behind a router and the proxy as several instances.
     "replicas": Block(name="replicas", conditions=REPLICA_CONDITIONS, models=(PRIMARY_MODEL,), section="6.1, 6.3",
                       paper=False, deployments=REPLICA_DEPLOYMENTS, opt_in=True),

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import NotRequired, TypedDict
 
 from retrybench.report.boundaries import BoundariesSection
+from retrybench.report.deadlines import DeadlinesSection
 from retrybench.report.margins import MarginsSection
 from retrybench.report.real_engine import RealEngineSection
 
@@ -354,3 +355,4 @@ class ReportContext(TypedDict):
     real_engine: NotRequired[RealEngineSection | None]
     margins: NotRequired[MarginsSection | None]  # the verdicts over the engine-speed band (None: not run)
     boundaries: NotRequired[BoundariesSection]
+    deadlines: NotRequired[DeadlinesSection | None]  # the deadlines block (None: not run)
