@@ -86,29 +86,38 @@ def _said(condition: str, runs: Sequence[RunSummary]) -> str:
     return f"{ok} of {len(runs)} runs recovered (median {hold:.1f}% of the hold cohort delivered{cost})"
 
 
-def _compare(condition: str, runs: Sequence[RunSummary], base: Sequence[RunSummary]) -> str:
+def _verdict(runs: Sequence[RunSummary], base: Sequence[RunSummary], name: str) -> str:
+    """How `runs` compare with `base` on recovery, then the median hold delivered."""
     ok, hold, per = _figures(runs)
     base_ok, base_hold, base_per = _figures(base)
     if (ok, hold, per) == (base_ok, base_hold, base_per):
-        verdict = "the same as abort-on-disconnect"
-    elif (ok, hold) > (base_ok, base_hold):
-        verdict = "better than abort-on-disconnect"
-    elif (ok, hold) < (base_ok, base_hold):
-        verdict = "worse than abort-on-disconnect"
-    else:
-        verdict = "as good as abort-on-disconnect on delivery"
-    refused = sum(r["attempts_refused_deadline"] for r in runs)
-    extra = f"; {refused} attempts refused at admission" if refused else ""
-    return f"{CONTROLS[condition]} ({condition}): {_said(condition, runs)}{extra}: {verdict}"
+        return f"the same as {name}"
+    if (ok, hold) > (base_ok, base_hold):
+        return f"better than {name}"
+    if (ok, hold) < (base_ok, base_hold):
+        return f"worse than {name}"
+    return f"as good as {name} on delivery"
+
+
+def _compare(condition: str, runs: dict[str, list[tuple[int, RunSummary]]]) -> str:
+    mine = [s for _, s in runs[condition]]
+    refused = sum(r["attempts_refused_deadline"] for r in mine)
+    extra = f", {refused} attempts refused at admission" if refused else ""
+    verdicts = [_verdict(mine, [s for _, s in runs[DISCONNECT]], "abort-on-disconnect")]
+    if condition == "deadline-deferred" and "deferred-cancellation" in runs:  # its own control without deadlines
+        verdicts.append(_verdict(mine, [s for _, s in runs["deferred-cancellation"]],
+                                 "deferred cancellation without deadlines"))
+    text = f"{CONTROLS[condition]} ({condition}): {_said(condition, mine)}{extra}: {' and '.join(verdicts)}"
+    return text[0].upper() + text[1:]
 
 
 def _answer(model: str, runs: dict[str, list[tuple[int, RunSummary]]]) -> str:
     """The paragraph answering the section's question, every number from the runs."""
-    base = [s for _, s in runs.get(DISCONNECT, [])]
     heard = [c for c in HEARD if c in runs]
-    if not base or not heard:
+    if DISCONNECT not in runs or not heard:
         return "The block's runs of abort-on-disconnect and of a deadline control are not all here: no answer."
-    parts = [_compare(c, [s for _, s in runs[c]], base) for c in heard]
+    base = [s for _, s in runs[DISCONNECT]]
+    parts = [_compare(c, runs) for c in heard]
     same = [c for c in heard if _figures([s for _, s in runs[c]]) == _figures(base)]
     why = (" Where the numbers are the same, the client hangs up exactly at the deadline it sent, so the proxy "
            "hears the deadline and the disconnect at the same moment and cancels the same executions."
@@ -118,9 +127,10 @@ def _answer(model: str, runs: dict[str, list[tuple[int, RunSummary]]]) -> str:
 
 
 def deadlines_section(rs: RunSet) -> DeadlinesSection | None:
-    """The section's data, or None when the report holds no run of the block."""
+    """The section's data, or None when the report holds no run of the block's deadline controls (its
+    abort-on-disconnect run is also the tracing block's: that alone makes no section)."""
     runs = _runs(rs)
-    if not runs:
+    if not any(c in runs for c in HEARD):
         return None
     rows = [_row(c, [s for _, s in rr]) for c, rr in runs.items()]
     points: list[DeadlinePoint] = [{"condition": c, "seed": seed, "hold_pct": s["hold_delivered_pct"],

@@ -16,17 +16,18 @@ def figure_deadlines(section: DeadlinesSection) -> str:
     if not points:
         return _empty(TITLE, "deadlines run")
     conditions = [row["condition"] for row in section["rows"]]
-    with _figure("figdeadlines", 7.2, 2.8) as (fig, axes):
+    with _figure("figdeadlines", 7.2, 0.9 + 0.3 * len(conditions)) as (fig, axes):
         ax = axes[0]
         for k, condition in enumerate(conditions):
             mine = [p for p in points if p["condition"] == condition]
             for j, p in enumerate(mine):
-                x = k + (j - (len(mine) - 1) / 2) * 0.12  # runs side by side
+                y = k + (j - (len(mine) - 1) / 2) * 0.15  # runs one above the other
                 colour = COLOURS[k % len(COLOURS)]
-                ax.scatter([x], [p["hold_pct"]], s=30, marker="o" if p["recovered"] else "x", color=colour, zorder=3)
-        ax.set_xticks(range(len(conditions)), conditions, rotation=20, ha="right")
-        ax.set(ylabel="Hold delivered (%)", ylim=(-3, 103))
-        ax.grid(axis="y", linewidth=0.4, alpha=0.5)
+                ax.scatter([p["hold_pct"]], [y], s=30, marker="o" if p["recovered"] else "x", color=colour, zorder=3)
+        ax.set_yticks(range(len(conditions)), conditions)
+        ax.invert_yaxis()  # the table's order, top to bottom
+        ax.set(xlabel="Hold cohort delivered (%)", xlim=(-3, 103))
+        ax.grid(axis="x", linewidth=0.4, alpha=0.5)
         alt = "Hold cohort delivered per run: " + "; ".join(
             f"{p['condition']} run {p['seed']} {p['hold_pct']:.1f}% ({'recovered' if p['recovered'] else 'not recovered'})"
             for p in points) + "."
