@@ -75,7 +75,8 @@ def test_the_figure_marks_each_run_and_the_page_shows_the_section(template: dict
     from retrybench.report.meta import gather
 
     # Without the abort-on-disconnect run, which is also the tracing block's (Figure 4 would draw it).
-    results = [fake(template, s) for s in block_specs("deadlines", QWEN, runs=1) if s.condition != "retries-on-cancel-on"]
+    results = [fake(template, s) for s in block_specs("deadlines", QWEN, runs=1)
+               if s.condition != "retries-on-cancel-on"]
     context = build_context(results, gather(engine="sim", wall_s=1.0, command="test"), runs=1)
     section = context["deadlines"]
     assert section is not None

@@ -81,9 +81,10 @@ def test_a_queued_execution_is_dropped_at_its_deadline_before_reaching_the_engin
     dropped = {e.execution_id: e for e in log.executions if e.fate == runlog.FATE_DROPPED}
     assert len(dropped) > 10
     assert all(e.accepted_s is None and e.computed_prompt_tokens == 0 for e in dropped.values())
-    told = [a for a in log.attempts if a.execution_id in dropped and not a.attached]
-    assert told and all(a.outcome == runlog.REFUSED_503 for a in told)  # answered 503 at the deadline
-    assert all(a.ended_s == pytest.approx(dropped[a.execution_id].created_s + 10.0) for a in told)
+    told = [(a, dropped[a.execution_id]) for a in log.attempts
+            if a.execution_id is not None and a.execution_id in dropped and not a.attached]
+    assert told and all(a.outcome == runlog.REFUSED_503 for a, _ in told)  # answered 503 at the deadline
+    assert all(a.ended_s == pytest.approx(e.created_s + 10.0) for a, e in told)
     assert fates(log)[runlog.FATE_ORPHANED] == 0
 
 

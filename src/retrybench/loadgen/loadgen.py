@@ -25,6 +25,7 @@ import numpy as np
 from typing_extensions import TypedDict  # not typing's: realvllm/record.py holds SendLateness
 
 from retrybench.conditions.config import ClientPolicy
+from retrybench.control.deadline import REQUEST_TIMEOUT_MS
 from retrybench.records.atomicfile import write_atomic
 from retrybench.records.runlog import (
     COMPLETED,
@@ -335,6 +336,8 @@ class _Load:
         if self.unsent == 0 and self.built < len(self.order):
             self._poke(-math.inf)  # the dispatcher may build bodies again
         self.lateness_ms.append((sent - due) * 1e3)
+        if self.settings.client.sends_deadline:  # the time left to its deadline, as the client states it
+            headers[REQUEST_TIMEOUT_MS] = str(max(1, math.floor((self.clock.wall(action.deadline_s) - sent) * 1e3)))
         record = AttemptInFlight(index, action.attempt_no, max(self.clock.run_s(sent), action.send_s))
         self.records.append(record)
         self.states[index].attempts += 1

@@ -20,9 +20,9 @@ from retrybench.claims.paper import paper_values
 from retrybench.plan.blocks import BLOCKS, DIAGNOSTIC, PRIMARY_MODEL, UNSEEN_SEEDS, paper_runs
 from retrybench.records.results import Result, RunSummary, is_failed
 from retrybench.report import fmt
+from retrybench.report.deadlines import deadlines_section
 from retrybench.report.headlines import HEADLINES
 from retrybench.report.margins import MarginsSection, margins_section
-from retrybench.report.deadlines import deadlines_section
 from retrybench.report.replicas import deployment_suffix, replicas_section
 from retrybench.report.robustness import robustness
 from retrybench.report.runs import Entry, RunSet, spec_of

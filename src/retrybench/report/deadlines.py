@@ -75,8 +75,9 @@ def _row(condition: str, runs: Sequence[RunSummary]) -> DeadlineRow:
 
 
 def _figures(runs: Sequence[RunSummary]) -> tuple[int, float, float | None]:
-    """Runs recovered, the median hold delivered %, executions per delivered call."""
-    return (sum(1 for r in runs if r["recovered"]), median(r["hold_delivered_pct"] for r in runs),
+    """Runs recovered, the median hold delivered % (0 where a run has no hold figure), executions per
+    delivered call."""
+    return (sum(1 for r in runs if r["recovered"]), median(r["hold_delivered_pct"] or 0.0 for r in runs),
             _per_delivered(runs))
 
 
@@ -133,6 +134,7 @@ def deadlines_section(rs: RunSet) -> DeadlinesSection | None:
     if not any(c in runs for c in HEARD):
         return None
     rows = [_row(c, [s for _, s in rr]) for c, rr in runs.items()]
-    points: list[DeadlinePoint] = [{"condition": c, "seed": seed, "hold_pct": s["hold_delivered_pct"],
-                                    "recovered": bool(s["recovered"])} for c, rr in runs.items() for seed, s in rr]
+    points: list[DeadlinePoint] = [{"condition": c, "seed": seed, "hold_pct": hold, "recovered": bool(s["recovered"])}
+                                   for c, rr in runs.items() for seed, s in rr
+                                   if (hold := s["hold_delivered_pct"]) is not None]
     return {"model": PRIMARY_MODEL, "rows": rows, "points": points, "answer": _answer(PRIMARY_MODEL, runs)}

@@ -29,8 +29,8 @@ def figure_deadlines(section: DeadlinesSection) -> str:
         ax.set(xlabel="Hold cohort delivered (%)", xlim=(-3, 103))
         ax.grid(axis="x", linewidth=0.4, alpha=0.5)
         alt = "Hold cohort delivered per run: " + "; ".join(
-            f"{p['condition']} run {p['seed']} {p['hold_pct']:.1f}% ({'recovered' if p['recovered'] else 'not recovered'})"
-            for p in points) + "."
+            f"{p['condition']} run {p['seed']} {p['hold_pct']:.1f}% "
+            f"({'recovered' if p['recovered'] else 'not recovered'})" for p in points) + "."
         return _svg(fig, TITLE, alt)
 
 
