@@ -116,3 +116,15 @@ def test_the_paper_client_sends_no_deadline_and_the_sdks_do() -> None:
     assert not load_client_profile("paper").sends_deadline
     assert all(load_client_profile(p).sends_deadline for p in ("openai-sdk", "anthropic-sdk"))
     assert replace(SENDS, sends_deadline=False) == SILENT
+
+
+@pytest.mark.parametrize("name", ["deadline-propagation", "deadline-admission", "deadline-deferred"])
+def test_a_deployment_drives_the_deadlines_as_the_single_engine_run(name: str) -> None:
+    from retrybench.sim.deployment import Deployment, simulate_deployment
+
+    one = simulate_deployment([qwen()], calls(), client=SENDS, proxy=condition(name), seed=1, meta=dict(META),
+                              deployment=Deployment())
+    assert one.digest() == run(condition(name)).digest()
+    two = simulate_deployment([qwen()] * 2, calls(), client=SENDS, proxy=condition("deadline-propagation"), seed=1,
+                              meta=dict(META), deployment=Deployment(proxies=2))
+    assert fates(two)[runlog.FATE_ORPHANED] == 0 and fates(two)[runlog.FATE_CANCELLED] > 0
