@@ -18,6 +18,7 @@ from fixtures.stack import ProxyStack, policy, run_stack
 from fixtures.stub_upstream import StubUpstream
 from fixtures.waiting import until
 
+from retrybench.analysis.conformance import replay
 from retrybench.conditions.config import ProxyPolicy
 from retrybench.engine_server.engine_server import EngineServer, EngineServerSettings
 
@@ -54,8 +55,11 @@ def test_a_queued_execution_is_dropped_at_its_deadline_and_never_reaches_the_eng
         holder.close()
         await s.settle()
         assert await s.metric("retrybench_proxy_executions_total", fate="dropped") == 1
+        checked, mismatches = replay(chosen, s.proxy.log.events)  # the core replayed from the log agrees
+        assert mismatches == [] and checked.get("drop") == 1, checked
 
-    run(policy("deadline-propagation", max_outstanding=1, cancellation="immediate"), test)
+    chosen = policy("deadline-propagation", max_outstanding=1, cancellation="immediate")
+    run(chosen, test)
 
 
 def test_a_call_that_cannot_finish_in_time_is_refused_at_admission_at_once() -> None:
@@ -92,8 +96,11 @@ def test_a_running_execution_is_cancelled_at_its_deadline_with_cancellation_off(
         assert mine.finished_s is None
         await s.settle()
         assert await s.metric("retrybench_proxy_executions_total", fate="cancelled") == 1
+        checked, mismatches = replay(chosen, s.proxy.log.events)
+        assert mismatches == [] and checked.get("cancel") == 1, checked
 
-    run(policy("deadline-propagation"), test)
+    chosen = policy("deadline-propagation")
+    run(chosen, test)
 
 
 def test_the_time_left_is_forwarded_and_a_bad_header_refused() -> None:
