@@ -325,3 +325,16 @@ async def _serve(chunks: int) -> None:
 
 if __name__ == "__main__":
     asyncio.run(_serve(int(sys.argv[1])))
+
+
+@pytest.mark.beyond
+def test_the_deadline_is_sent_only_by_a_client_that_sends_one() -> None:
+    """Request-Timeout-Ms carries the time left to the attempt's deadline, in wall milliseconds."""
+    for sends in (False, True):
+        upstream = Upstream()
+        _run(_trace([0.0]), upstream, client=replace(FAST, sends_deadline=sends), time_scale=0.5)
+        header = upstream.seen[0][4].get("Request-Timeout-Ms")
+        if not sends:
+            assert header is None
+        else:
+            assert header is not None and 0 < int(header) <= FAST.attempt_timeout_s * 0.5 * 1000

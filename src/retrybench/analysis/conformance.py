@@ -85,7 +85,7 @@ def replay(policy: ProxyPolicy, events: list[DecisionEvent]) -> tuple[dict[str, 
         kind, now = event["ev"], event["t"]
         if kind == "attempt":
             attempt = AttemptIn(event["call"], event["attempt"], event["key"], event["prompt_tokens"],
-                                event["max_tokens"])
+                                event["max_tokens"], event.get("deadline_s"))
             decision = decision_of(core.on_attempt(attempt, now, engine_waiting=event["engine_waiting"]))
             expected = {k: event[k] for k in decision if k in event}
             check(index, event, expected, decision, decision["decision"])
@@ -98,6 +98,8 @@ def replay(policy: ProxyPolicy, events: list[DecisionEvent]) -> tuple[dict[str, 
             actions = core.on_timer(event["execution"], now)
         elif kind == "expire":
             actions = core.expire(now)
+        elif kind == "deadline":
+            actions = core.on_deadline(event["execution"], now)
         else:
             continue
         replayed = actions_of(actions)

@@ -146,6 +146,9 @@ class ClientPolicy:
     retry_after: str = "cap-or-give-up"
     retry_after_cap_s: float = 120.0
     retry_on: str = ",".join(RETRIABLE)
+    # Whether each attempt tells the server its deadline (Request-Timeout-Ms): the paper's client does not;
+    # a proxy with deadline_propagation reads it (docs/deadlines.md).
+    sends_deadline: bool = False
 
     def __post_init__(self) -> None:
         _check(0 <= self.max_retries <= 20, f"max_retries must be in [0, 20], got {self.max_retries}")
@@ -206,6 +209,13 @@ class ProxyPolicy:
     retry arriving after the completion is answered from it instead of computing the call again;
     retain_max_bytes bounds all retained responses (the oldest go first), retain_result_max_bytes
     one response (a larger one is not kept). 0 (the paper's proxy) keeps nothing.
+
+    Beyond the paper, deadline_propagation (docs/deadlines.md): the proxy reads each attempt's deadline
+    (its client's Request-Timeout-Ms, else x-stainless-timeout, else default_deadline_s after arrival,
+    else none), drops a queued execution and cancels a running one once every subscriber's deadline has
+    passed (whatever `cancellation` says; "deferred" counts its deferral from that deadline), and forwards
+    the time left upstream. deadline_admission also refuses (503) an attempt the proxy estimates cannot
+    receive its last token before its deadline.
     """
 
     cancellation: str = "off"
@@ -224,6 +234,9 @@ class ProxyPolicy:
     retain_s: float = 0.0
     retain_max_bytes: int = 256 << 20
     retain_result_max_bytes: int = 16 << 20
+    deadline_propagation: bool = False
+    default_deadline_s: float | None = None
+    deadline_admission: bool = False
 
     def __post_init__(self) -> None:
         _check(
@@ -255,6 +268,10 @@ class ProxyPolicy:
             self.max_outstanding is not None or (self.queue_order == "fifo" and not self.deadline_check),
             "queue_order \"lifo\" and deadline_check need a proxy queue: set max_outstanding",
         )
+        _check(self.default_deadline_s is None or 0 < self.default_deadline_s <= 604_800,
+               f"default_deadline_s must be in (0, 604800] seconds or absent, got {self.default_deadline_s}")
+        _check(self.deadline_propagation or (self.default_deadline_s is None and not self.deadline_admission),
+               "default_deadline_s and deadline_admission need deadline_propagation = true")
 
 
 @dataclass(frozen=True, kw_only=True)

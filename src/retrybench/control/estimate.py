@@ -4,6 +4,10 @@ The proxy sees its own queue, the engine's waiting gauge (vllm:num_requests_wait
 tokens of its own executions. Executions reach their first token in queue order, so the wait of a
 new one is about the executions ahead of it divided by the recent rate of first tokens, plus its
 own prefill at the recent prefill rate. Used for the budget's Retry-After and the deadline check.
+
+Deadline admission needs the time to the *last* token: the wait for the first, plus the response's
+tokens at the recent decode pace of one stream, observed from completed executions (seconds from
+their first token to their end, per token the request allowed).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ class WaitEstimator:
         self.fallback_rate_per_s = fallback_rate_per_s
         self._first_tokens: deque[tuple[float, int]] = deque()  # (time, prompt tokens)
         self._since_s: float | None = None
+        self._decodes: deque[tuple[float, float]] = deque()  # (time, seconds per token) of completions
 
     def observe_first_token(self, now: float, prompt_tokens: int) -> None:
         if self._since_s is None:
@@ -46,3 +51,25 @@ class WaitEstimator:
         mean_tokens = sum(tokens) / len(tokens) if tokens else float(prompt_tokens)
         own = (prompt_tokens / mean_tokens) / rate if mean_tokens else 0.0
         return ahead / rate + own
+
+    def observe_completion(self, now: float, first_token_s: float, tokens: int) -> None:
+        """A completed execution: its first token at `first_token_s`, `tokens` tokens in all."""
+        if tokens > 1 and now > first_token_s:
+            self._decodes.append((now, (now - first_token_s) / (tokens - 1)))
+        horizon = now - self.window_s
+        while self._decodes and self._decodes[0][0] <= horizon:
+            self._decodes.popleft()
+
+    def decode_s_per_token(self, now: float) -> float:
+        """Mean seconds per token of one stream over the window; 0 before any completion (unknown:
+        the estimate is then the first token's wait alone, so admission refuses no more than it knows)."""
+        horizon = now - self.window_s
+        while self._decodes and self._decodes[0][0] <= horizon:
+            self._decodes.popleft()
+        if not self._decodes:
+            return 0.0
+        return sum(pace for _, pace in self._decodes) / len(self._decodes)
+
+    def last_token_s(self, now: float, ahead: int, prompt_tokens: int, max_tokens: int) -> float:
+        """Estimated time to the last of `max_tokens` tokens for an execution with `ahead` before it."""
+        return self.wait_s(now, ahead, prompt_tokens) + max(max_tokens - 1, 0) * self.decode_s_per_token(now)

@@ -13,6 +13,14 @@ Beyond the paper, result retention (`retain_s`): a completed execution's respons
 its key for `retain_s`, and an attempt of that key arriving meanwhile is served from it. The core
 decides what is kept and for how long from the response's size in bytes, which the driver reports;
 the driver holds the bytes and frees them when told (`Retain`, `Release`).
+
+Beyond the paper, deadline propagation (`deadline_propagation`, docs/deadlines.md): an attempt may
+carry its absolute deadline (`AttemptIn.deadline_s`, else `default_deadline_s` after arrival). An
+execution's deadline is the latest of its subscribers' (none if any has none). A `Create` or
+`Attach` whose `expire_at_s` is set asks the driver to call `on_deadline` then; once the deadline has
+passed, a queued execution is dropped and a running one cancelled, whatever `cancellation` says,
+except that "deferred" starts its deferral there (a retry may still attach). `deadline_admission`
+refuses (503) an attempt whose estimated last token comes after its deadline.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ class AttemptIn:
     key: str
     prompt_tokens: int
     max_tokens: int
+    deadline_s: float | None = None  # when its client gives up, on the core's clock (None: not said)
 
     @property
     def subscriber(self) -> Subscriber:
@@ -54,6 +63,7 @@ class Create:
 
     execution_id: int
     dispatch: bool = True
+    expire_at_s: float | None = None  # call on_deadline(execution_id) at this time (deadline propagation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +73,7 @@ class Attach:
 
     execution_id: int
     first_token: bool
+    expire_at_s: float | None = None  # the execution's deadline moved later: call on_deadline then
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +169,9 @@ class Execution:
     abort_requested_s: float | None = None
     last_left_s: float | None = None
     attached: int = 0
+    deadline_s: float | None = None  # the latest of its subscribers' deadlines (None: one had none)
+    max_tokens: int = 0
+    first_token_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -173,6 +187,9 @@ class ProxyCounts:
     retained_expired: int = 0
     retained_evicted: int = 0  # released early to stay within retain_max_bytes
     retain_too_large: int = 0  # completed responses over retain_result_max_bytes, not kept
+    deadline_admission_refused: int = 0  # 503: estimated to end after the attempt's deadline
+    deadline_dropped: int = 0  # queued executions dropped at their deadline (also in executions_dropped)
+    deadline_cancelled: int = 0  # running executions cancelled at their deadline (also in executions_cancelled)
 
 
 class ProxyCore:
@@ -224,7 +241,7 @@ class ProxyCore:
         if budget is not None and is_retry and policy.order == "budget-first" and not budget.try_retry(now):
             return self._refuse_retry(attempt, now, engine_waiting, live is not None)
         if live is not None:
-            return self._attach(live, attempt)
+            return self._attach(live, attempt, now)
         if budget is not None and is_retry and policy.order == "lookup-first" and not budget.try_retry(now):
             return self._refuse_retry(attempt, now, engine_waiting, False)
         if policy.deadline_check:
@@ -232,7 +249,24 @@ class ProxyCore:
             if wait > policy.attempt_deadline_s:
                 self.counts.deadline_refused += 1
                 return Refuse(503)
+        if policy.deadline_admission and self._misses_deadline(attempt, now, engine_waiting):
+            self.counts.deadline_admission_refused += 1
+            return Refuse(503)
         return self._create(attempt, now)
+
+    def _deadline_of(self, attempt: AttemptIn, now: float) -> float | None:
+        """The attempt's deadline as the proxy holds it: its own, else the policy's default, else none."""
+        if attempt.deadline_s is not None:
+            return attempt.deadline_s
+        default = self.policy.default_deadline_s
+        return None if default is None else now + default
+
+    def _misses_deadline(self, attempt: AttemptIn, now: float, engine_waiting: int) -> bool:
+        deadline = self._deadline_of(attempt, now)
+        if deadline is None:
+            return False
+        ahead = len(self._queue) + engine_waiting
+        return now + self.estimator.last_token_s(now, ahead, attempt.prompt_tokens, attempt.max_tokens) > deadline
 
     def holds(self, key: str, now: float) -> bool:
         """Whether an attempt of `key` would be answered from what the proxy already holds (its call's
@@ -256,12 +290,18 @@ class ProxyCore:
         retry_after = self.estimator.wait_s(now, len(self._queue) + engine_waiting, attempt.prompt_tokens)
         return Refuse(429, retry_after_s=retry_after, live=live)
 
-    def _attach(self, execution: Execution, attempt: AttemptIn) -> Attach:
+    def _attach(self, execution: Execution, attempt: AttemptIn, now: float) -> Attach:
         execution.subscribers.add(attempt.subscriber)
         execution.attached += 1
         self._by_subscriber[attempt.subscriber] = execution.execution_id
         self.counts.retries_attached += 1
-        return Attach(execution.execution_id, execution.first_token)
+        expire_at = None
+        if self.policy.deadline_propagation and execution.deadline_s is not None:
+            deadline = self._deadline_of(attempt, now)
+            if deadline is None or deadline > execution.deadline_s:
+                execution.deadline_s = deadline
+                expire_at = deadline
+        return Attach(execution.execution_id, execution.first_token, expire_at_s=expire_at)
 
     def _create(self, attempt: AttemptIn, now: float) -> Create:
         execution_id = self._next_id
@@ -271,13 +311,17 @@ class ProxyCore:
         self.executions[execution_id] = execution
         self._by_subscriber[subscriber] = execution_id
         self._live_by_key[attempt.key] = execution_id
+        expire_at = None
+        if self.policy.deadline_propagation:
+            execution.deadline_s = expire_at = self._deadline_of(attempt, now)
+            execution.max_tokens = attempt.max_tokens
         cap = self.policy.max_outstanding
         if cap is None or self._outstanding < cap:
             self._outstanding += 1
-            return Create(execution_id, dispatch=True)
+            return Create(execution_id, dispatch=True, expire_at_s=expire_at)
         execution.state = "queued"
         self._queue.append(execution_id)
-        return Create(execution_id, dispatch=False)
+        return Create(execution_id, dispatch=False, expire_at_s=expire_at)
 
     # -- subscribers leave, timers fire ---------------------------------------------------------
 
@@ -317,6 +361,32 @@ class ProxyCore:
             return []  # someone attached and left again since; a later timer covers that
         return self._cancel(execution, now)
 
+    def on_deadline(self, execution_id: int, now: float) -> list[Action]:
+        """An execution's deadline timer fired: once every subscriber's deadline has passed, drop it
+        from the queue or stop it in the engine; with deferred cancellation, the deferral starts here.
+        Subscribers still attached are told (503): their client gives up now."""
+        execution = self.executions.get(execution_id)
+        if not self.policy.deadline_propagation or execution is None or execution.deadline_s is None:
+            return []
+        if now < execution.deadline_s or execution.state not in ("live", "queued"):
+            return []  # a later subscriber moved the deadline (its own timer covers it), or it ended
+        actions: list[Action] = [Notify(subscriber, "refused", status=503)
+                                 for subscriber in sorted(execution.subscribers)]
+        for subscriber in execution.subscribers:
+            self._by_subscriber.pop(subscriber, None)
+        execution.subscribers.clear()
+        if execution.state == "queued":
+            self._queue.remove(execution_id)
+            self._end(execution, "dropped")
+            self.counts.executions_dropped += 1
+            self.counts.deadline_dropped += 1
+            return [*actions, Drop(execution_id)]
+        execution.last_left_s = now
+        if self.policy.cancellation == "deferred":
+            return [*actions, SetTimer(now + self.policy.defer_s, execution_id)]
+        self.counts.deadline_cancelled += 1
+        return actions + self._cancel(execution, now)
+
     # -- the engine reports ----------------------------------------------------------------------
 
     def on_engine_event(self, execution_id: int, kind: str, now: float,
@@ -330,6 +400,7 @@ class ProxyCore:
             return []
         if kind == "first_token":
             execution.first_token = True
+            execution.first_token_s = now
             self.estimator.observe_first_token(now, execution.prompt_tokens)
             return [Notify(subscriber, "first_token") for subscriber in sorted(execution.subscribers)]
         if kind not in ("completed", "refused"):
@@ -342,6 +413,8 @@ class ProxyCore:
         execution.subscribers.clear()
         self._end(execution, kind)
         self._outstanding -= 1
+        if kind == "completed" and self.policy.deadline_admission and execution.first_token_s is not None:
+            self.estimator.observe_completion(now, execution.first_token_s, execution.max_tokens)
         if kind == "completed" and result_bytes is not None and self.policy.retain_s > 0:
             actions += self._retain(execution, result_bytes, now)
         return actions + self._dispatch_next()

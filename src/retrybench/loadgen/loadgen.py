@@ -26,6 +26,7 @@ from typing_extensions import TypedDict  # not typing's: realvllm/record.py hold
 
 from retrybench.conditions.client_stack import StackLayer
 from retrybench.conditions.config import ClientPolicy
+from retrybench.control.deadline import REQUEST_TIMEOUT_MS
 from retrybench.records.atomicfile import write_atomic
 from retrybench.records.runlog import (
     COMPLETED,
@@ -345,6 +346,8 @@ class _Load:
         if self.unsent == 0 and self.built < len(self.order):
             self._poke(-math.inf)  # the dispatcher may build bodies again
         self.lateness_ms.append((sent - due) * 1e3)
+        if self.settings.client.sends_deadline:  # the time left to its deadline, as the client states it
+            headers[REQUEST_TIMEOUT_MS] = str(max(1, math.floor((self.clock.wall(action.deadline_s) - sent) * 1e3)))
         record = AttemptInFlight(index, action.attempt_no, max(self.clock.run_s(sent), action.send_s))
         self.records.append(record)
         self.states[index].attempts += 1

@@ -91,6 +91,9 @@ STACK_LAYERS_OFF: tuple[tuple[str | None, tuple[tuple[str, OverrideValue], ...]]
     ("sdk-in-tenacity-behind-gateway-no-retries", (("layer.tenacity.retries", False),)),
     ("sdk-in-tenacity-behind-gateway-no-retries", (("layer.sdk.retries", False),)),
 )
+# Beyond the paper: deadline propagation (docs/deadlines.md) beside no control, abort-on-disconnect and deferral.
+DEADLINES = ("no-control", "retries-on-cancel-on", "deferred-cancellation", "deadline-propagation",
+             "deadline-admission", "deadline-deferred")
 BUDGET_WITH_CANCELLATION = ("no-control", "retries-on-cancel-on", "retry-budget", "retry-budget-cancel-on",
                             "deferred-cancellation")
 
@@ -117,11 +120,14 @@ BLOCKS: dict[str, Block] = {
     "sdk-clients": Block(name="sdk-clients", conditions=SDK_CONDITIONS, models=PAPER_MODELS, section="3.1",
                          pulses_x=PULSES_X, paper=False,
                          clients=(None, "openai-sdk", "anthropic-sdk", "tenacity-typical")),
-    # Beyond the paper: N engine replicas behind a router and the proxy as several instances.
+    # Beyond the paper: the proxy acts on the deadline each client sends (docs/deadlines.md).
+    "deadlines": Block(name="deadlines", conditions=DEADLINES, models=(PRIMARY_MODEL,), section="6.3", traced=True,
+                       paper=False),
     # Beyond the paper: retry layers stacked (application, SDK, gateway) under no control, coalescing and the
     # retry budget, and with one layer's retries off.
     "stacked-retries": Block(name="stacked-retries", conditions=STACK_CONDITIONS, models=(PRIMARY_MODEL,),
                              section="3.1", paper=False, clients=STACKS, variants=STACK_LAYERS_OFF),
+    # Beyond the paper: N engine replicas behind a router and the proxy as several instances.
     "replicas": Block(name="replicas", conditions=REPLICA_CONDITIONS, models=(PRIMARY_MODEL,), section="6.1, 6.3",
                       paper=False, deployments=REPLICA_DEPLOYMENTS, opt_in=True),
 }

@@ -23,6 +23,7 @@ from collections import OrderedDict
 from aiohttp import web
 
 from retrybench.analysis.conformance import actions_of, decision_of
+from retrybench.control.deadline import DeadlineHeaderError, timeout_from_headers
 from retrybench.control.proxy import Attach, AttemptIn, Create, Refuse, Serve, Subscriber
 from retrybench.proxy.aiohttp_internals import prepare_raw_chunked, send_head
 from retrybench.proxy.executions import ExecutionControl
@@ -78,6 +79,12 @@ class AttemptHandling(ExecutionControl):
             tenant, given_id = call_identity(request.headers)
         except BadRequest as error:
             return error_response(400, str(error), error.param)
+        timeout_s = None
+        if self.settings.policy.deadline_propagation:
+            try:
+                timeout_s = timeout_from_headers(request.headers, parsed.stream)
+            except DeadlineHeaderError as error:
+                return error_response(400, str(error), error.header)
         if self.draining and not (given_id is not None and self.core.holds(
                 coalescing_key(tenant, given_id, request.path, body), self.now())):
             return self._refused_while_draining()
@@ -86,14 +93,19 @@ class AttemptHandling(ExecutionControl):
         call_index, attempt_no, call_id = self._attempt_number(tenant, given_id)
         key = coalescing_key(tenant, call_id, request.path, body)
         now = self.now()
-        attempt = AttemptIn(call_index, attempt_no, key, parsed.prompt_tokens, parsed.max_tokens)
+        # A header's timeout is wall seconds; the core's clock runs in policy seconds (wall / time_scale).
+        deadline_s = None if timeout_s is None else now + timeout_s / self.settings.time_scale
+        attempt = AttemptIn(call_index, attempt_no, key, parsed.prompt_tokens, parsed.max_tokens, deadline_s)
         decision = self.core.on_attempt(attempt, now, engine_waiting=self.engine_waiting)
         self.metrics.on_decision(attempt_no, decision)
         if self.log.active:
             self._log({"ev": "attempt", "t": now, "call": call_index, "attempt": attempt_no, "call_id": call_id,
                        "client_attempt": request.headers.get("X-Retrybench-Attempt"), "key": key,
                        "prompt_tokens": parsed.prompt_tokens, "max_tokens": parsed.max_tokens,
-                       "engine_waiting": self.engine_waiting, **decision_of(decision)})
+                       "engine_waiting": self.engine_waiting, **decision_of(decision),
+                       **({"deadline_s": deadline_s} if deadline_s is not None else {})})
+        if isinstance(decision, Create | Attach) and decision.expire_at_s is not None:
+            self._arm_deadline(decision.expire_at_s, decision.execution_id)
         if isinstance(decision, Refuse):
             return _refusal(decision)
         if isinstance(decision, Serve):

@@ -17,15 +17,17 @@ import asyncio
 import logging
 
 from retrybench.analysis.conformance import actions_of
+from retrybench.control.deadline import REQUEST_TIMEOUT_MS, forward_timeout_ms
 from retrybench.control.proxy import Action, Cancel, Dispatch, Drop, ProxyCore, Release, Retain, SetTimer
 from retrybench.control.router import Router, prompt_prefix
 from retrybench.proxy.eventlog import EventLog
 from retrybench.proxy.proxy_metrics import ProxyMetrics
 from retrybench.proxy.proxy_settings import ProxySettings
-from retrybench.proxy.relay import SHUTDOWN, Relay
+from retrybench.proxy.relay import JSON, SHUTDOWN, Relay
 from retrybench.proxy.upstream import TimedOut, UpstreamPool
 from retrybench.records.decisionlog import DecisionEvent
 from retrybench.serving.clock import ScaledClock
+from retrybench.serving.openai_api import error_body
 
 __all__ = ["SHUTDOWN", "ExecutionControl"]
 
@@ -46,6 +48,7 @@ class ExecutionControl:
     relays: dict[int, Relay]
     retained: dict[int, Relay]  # completed executions whose response may be served again
     _timers: dict[tuple[float, int], asyncio.Handle]  # (due, execution) -> handle
+    _deadline_timers: dict[tuple[float, int], asyncio.Handle]  # (deadline, execution) -> handle
     _pools: list[UpstreamPool]  # one per upstream
     _stopping: bool
     _awaited_at_stop: set[int]  # executions a client still waited for when the proxy stopped
@@ -100,6 +103,33 @@ class ExecutionControl:
             self._log({"ev": "timer", "t": now, "execution": execution_id, "actions": actions_of(actions)})
         self._apply(actions)
 
+    def _arm_deadline(self, at_s: float, execution_id: int) -> None:
+        """Call the core's on_deadline for the execution at `at_s` (deadline propagation)."""
+        delay = self.clock.wall_until(at_s)
+        handle = asyncio.get_running_loop().call_later(delay, self._deadline_due, at_s, execution_id)
+        self._deadline_timers[(at_s, execution_id)] = handle
+
+    def _deadline_due(self, at_s: float, execution_id: int) -> None:
+        self._deadline_timers.pop((at_s, execution_id), None)
+        now = self.now()
+        if now < at_s:  # timers may fire a little early
+            self._arm_deadline(at_s, execution_id)
+            return
+        actions = self.core.on_deadline(execution_id, now)
+        if self.log.active:
+            self._log({"ev": "deadline", "t": now, "execution": execution_id, "actions": actions_of(actions)})
+        for action in actions:  # clients still connected get an answer: a 503, or their stream's error end
+            relay = self.relays.get(action.execution_id) if isinstance(action, Drop | Cancel) else None
+            if relay is None or relay.done:
+                continue
+            if isinstance(action, Drop):
+                relay.status, relay.content_type = 503, JSON
+                relay.chunks = [error_body(503, "the call's deadline passed while it waited in the proxy's queue")]
+                relay.ready.set()
+            elif relay.live or relay.pending:  # ends their streams properly; the Cancel then ends the task
+                relay.cut("the call's deadline passed")
+        self._apply(actions)
+
     def engine_event(self, relay: Relay, kind: str, result_bytes: int | None = None) -> None:
         """`result_bytes`: a completed HTTP 200 response's size, for result retention."""
         now = self.now()
@@ -116,7 +146,12 @@ class ExecutionControl:
         pool = self._pools[0] if self.router is None else self._route(relay)
         relay.pool = pool
         relay.ended = asyncio.get_running_loop().create_future()
-        request = pool.request_bytes("POST", relay.path, relay.headers, relay.body)
+        headers = relay.headers
+        execution = self.core.executions.get(relay.execution_id)
+        if execution is not None and execution.deadline_s is not None:  # the time left, to the engine
+            headers = {**headers, REQUEST_TIMEOUT_MS: str(forward_timeout_ms(execution.deadline_s, self.now(),
+                                                                             self.settings.time_scale))}
+        request = pool.request_bytes("POST", relay.path, headers, relay.body)
         sent = pool.send_now(request, relay)  # on a pooled connection at once, or in the task
         relay.task = asyncio.create_task(self._run_upstream(relay, None if sent else request))
         relay.task.add_done_callback(lambda _: self._upstream_task_done(relay))

@@ -93,6 +93,7 @@ class ProxyServer(AttemptHandling):
         self._anonymous = 0
         self._calls_seen = 0
         self._timers = {}
+        self._deadline_timers = {}
         self._session: aiohttp.ClientSession | None = None  # for scraping the engine's /metrics
         self._pools = []  # opened by start()
         self._waiting = [0] * len(self.upstreams)  # each upstream's waiting gauge as last scraped
@@ -178,6 +179,9 @@ class ProxyServer(AttemptHandling):
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        for handle in self._deadline_timers.values():
+            handle.cancel()
+        self._deadline_timers.clear()
         self.retained.clear()
         if self._scraper is not None:
             self._scraper.cancel()

@@ -5,11 +5,12 @@ The first line is a `DecisionLogHeader`. Every further line is one `DecisionEven
 and its time `t` (policy seconds since the proxy started):
 - attempt: {"call", "attempt", "call_id", "client_attempt", "key", "prompt_tokens", "max_tokens",
   "engine_waiting", "decision"}, and with the decision "create" {"execution", "dispatch"}, "attach" or
-  "served-retained" {"execution"}, "refuse" {"status"}
+  "served-retained" {"execution"}, "refuse" {"status"}; "deadline_s" when the attempt carried a deadline
 - left (a client's subscriber left): {"call", "attempt", "actions"}
 - engine: {"execution", "kind" (first_token, completed, refused, ...), "actions"}, and "bytes" (a
   completed response's size) when the engine reported one
 - timer: {"execution", "actions"}
+- deadline (an execution's deadline passed; deadline propagation): {"execution", "actions"}
 - expire (retained responses released): {"actions"}
 - route (several upstreams): {"execution", "upstream"}
 - end: {"execution", "fate"}

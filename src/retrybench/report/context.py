@@ -20,6 +20,7 @@ from retrybench.claims.paper import paper_values
 from retrybench.plan.blocks import BLOCKS, DIAGNOSTIC, PRIMARY_MODEL, UNSEEN_SEEDS, paper_runs
 from retrybench.records.results import Result, RunSummary, is_failed
 from retrybench.report import fmt
+from retrybench.report.deadlines import deadlines_section
 from retrybench.report.headlines import HEADLINES
 from retrybench.report.margins import MarginsSection, margins_section
 from retrybench.report.replicas import deployment_suffix, replicas_section
@@ -123,6 +124,7 @@ def build_context(results: Iterable[Result], meta: Mapping[str, object], runs: i
         "sdk_verdicts": _sdk_verdicts(rs),
         "replicas": replicas_section(rs),
         "stacks": stacks_section(rs),
+        "deadlines": deadlines_section(rs),
         "setup": _setup(rs),
         "failed": [{"spec": _describe(e), "block": e.block, "error": e.result["error"]}
                    for e in [*rs.entries, *rs.beyond] if is_failed(e.result)],

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import NotRequired, TypedDict
 
 from retrybench.report.boundaries import BoundariesSection
+from retrybench.report.deadlines import DeadlinesSection
 from retrybench.report.margins import MarginsSection
 from retrybench.report.real_engine import RealEngineSection
 from retrybench.report.stacks import StacksSection
@@ -356,3 +357,4 @@ class ReportContext(TypedDict):
     margins: NotRequired[MarginsSection | None]  # the verdicts over the engine-speed band (None: not run)
     boundaries: NotRequired[BoundariesSection]
     stacks: NotRequired[StacksSection | None]  # the stacked-retries block (report/stacks.py)
+    deadlines: NotRequired[DeadlinesSection | None]  # the deadlines block (None: not run)

@@ -52,7 +52,7 @@ from retrybench.gcpause import cyclic_gc_paused
 from retrybench.records import runlog
 from retrybench.records.runlog import AttemptOutcome, ExecutionRecord, RunLog, RunMeta
 from retrybench.records.tracefile import TraceEvent
-from retrybench.sim.run import _ABORT, _ARRIVAL, _DEADLINE, _SEND, _TIMER, _Attempt, _Sim
+from retrybench.sim.run import _ABORT, _ARRIVAL, _DEADLINE, _EXPIRY, _SEND, _TIMER, _Attempt, _Sim
 from retrybench.traffic.workload import Call
 
 __all__ = ["Deployment", "simulate_deployment"]
@@ -160,6 +160,9 @@ class _DeploymentSim(_Sim):
                 elif kind == _ARRIVAL:
                     self.arrived += 1
                     self._client_action(client.start_call(payload, now), now)
+                elif kind == _EXPIRY:
+                    core, local = payload
+                    self._apply_from(core, self.proxies[core].on_deadline(local, now), now)
                 else:
                     core, local = payload
                     self._apply_from(core, self.proxies[core].on_timer(local, now), now)
@@ -179,6 +182,9 @@ class _DeploymentSim(_Sim):
             elif kind == _TIMER:
                 core, local = payload
                 self._apply_from(core, self.proxies[core].on_timer(local, now), now)
+            elif kind == _EXPIRY:
+                core, local = payload
+                self._apply_from(core, self.proxies[core].on_deadline(local, now), now)
 
     def _sample_until(self, now: float) -> None:
         samples = self.samples
@@ -198,7 +204,8 @@ class _DeploymentSim(_Sim):
         call = self.calls[record.call_index].call
         core = self.front.pick(call.call_id) if len(self.proxies) > 1 else 0
         self.instance_of[(call.index, record.attempt_no)] = core
-        attempt = AttemptIn(call.index, record.attempt_no, call.call_id, call.prompt_tokens, call.response_tokens)
+        attempt = AttemptIn(call.index, record.attempt_no, call.call_id, call.prompt_tokens, call.response_tokens,
+                            record.deadline_s if self.sends_deadline else None)
         waiting = sum(e.num_waiting for e in self.engines)  # the proxy reads every replica's gauge
         decision = self.proxies[core].on_attempt(attempt, now, engine_waiting=waiting)
         if isinstance(decision, Refuse):
@@ -220,6 +227,8 @@ class _DeploymentSim(_Sim):
             self._end_attempt(record, runlog.COMPLETED, now)
             return
         self.loop.push(record.deadline_s, _DEADLINE, record)
+        if decision.expire_at_s is not None:
+            self.loop.push(decision.expire_at_s, _EXPIRY, (core, decision.execution_id))
         if isinstance(decision, Attach):
             record.attached = True
             if decision.first_token:

@@ -63,6 +63,7 @@ STREAM_BYTES_FIXED = 25
 # Event priorities at equal times: engine output first (a response that arrives exactly at the
 # deadline is delivered), then what reaches the engine, then client deadlines and sends.
 _ENGINE, _ABORT, _DEADLINE, _SEND, _ARRIVAL, _TIMER = range(6)
+_EXPIRY = 6  # an execution's deadline (deadline propagation): after its subscribers' own deadlines
 
 
 @dataclass(slots=True)
@@ -101,6 +102,7 @@ class _Sim:
                                                        RetryingClient(client, np.random.default_rng([seed, 10])))
         self.proxy = ProxyCore(proxy)
         self.cancel_delay_s = proxy.cancel_delay_s
+        self.sends_deadline = client.sends_deadline
         self.calls = [_Call(call) for call in calls]
         self.attempts: dict[tuple[int, int], _Attempt] = {}
         self.execution_created: dict[int, tuple[int, int, float]] = {}
@@ -164,6 +166,8 @@ class _Sim:
                 elif kind == _ARRIVAL:
                     self.arrived += 1
                     self._client_action(client.start_call(payload, now), now)
+                elif kind == _EXPIRY:
+                    self._apply(self.proxy.on_deadline(payload, now), now)
                 else:
                     self._apply(self.proxy.on_timer(payload, now), now)
             if self.arrived == total and client.outstanding() == 0:
@@ -183,6 +187,8 @@ class _Sim:
                 self.engine.abort(payload, now)
             elif kind == _TIMER:
                 self._apply(self.proxy.on_timer(payload, now), now)
+            elif kind == _EXPIRY:
+                self._apply(self.proxy.on_deadline(payload, now), now)
 
     def _sample_until(self, now: float) -> None:
         samples = self.samples
@@ -213,7 +219,7 @@ class _Sim:
     def _send(self, record: _Attempt, now: float) -> None:
         call = self.calls[record.call_index].call
         attempt = AttemptIn(call.index, record.attempt_no, call.call_id, call.prompt_tokens,
-                            call.response_tokens)
+                            call.response_tokens, record.deadline_s if self.sends_deadline else None)
         decision = self.proxy.on_attempt(attempt, now, engine_waiting=self.engine.num_waiting)
         if isinstance(decision, Refuse):
             record.refused_live = decision.live
@@ -229,6 +235,8 @@ class _Sim:
             return
         if record.deadline_s < math.inf:
             self.loop.push(record.deadline_s, _DEADLINE, record)
+        if decision.expire_at_s is not None:
+            self.loop.push(decision.expire_at_s, _EXPIRY, decision.execution_id)
         if isinstance(decision, Attach):
             record.attached = True
             if decision.first_token:
