@@ -207,6 +207,9 @@ class _Load:
         rng = np.random.default_rng([settings.seed, 10])
         self.stack = StackedClient(settings.stack, rng) if settings.stack else None
         self.client: RetryingClient | StackedClient = self.stack or RetryingClient(settings.client, rng)
+        # A stack sends the wire attempt's deadline (its layers' earliest) when any of its layers states one.
+        self.sends_deadline = (any(layer.policy.sends_deadline for layer in settings.stack) if settings.stack
+                               else settings.client.sends_deadline)
         # A stacked client's open attempts, by call: the timeout that cuts each and its deadline (trace s),
         # moved when a first token ends a first-byte layer's timeout.
         self.timeouts: dict[int, tuple[asyncio.Timeout, float]] = {}
@@ -346,7 +349,7 @@ class _Load:
         if self.unsent == 0 and self.built < len(self.order):
             self._poke(-math.inf)  # the dispatcher may build bodies again
         self.lateness_ms.append((sent - due) * 1e3)
-        if self.settings.client.sends_deadline:  # the time left to its deadline, as the client states it
+        if self.sends_deadline:  # the time left to its deadline, as the client states it
             headers[REQUEST_TIMEOUT_MS] = str(max(1, math.floor((self.clock.wall(action.deadline_s) - sent) * 1e3)))
         record = AttemptInFlight(index, action.attempt_no, max(self.clock.run_s(sent), action.send_s))
         self.records.append(record)

@@ -102,7 +102,9 @@ class _Sim:
                                                        RetryingClient(client, np.random.default_rng([seed, 10])))
         self.proxy = ProxyCore(proxy)
         self.cancel_delay_s = proxy.cancel_delay_s
-        self.sends_deadline = client.sends_deadline
+        # A stack sends the wire attempt's deadline (its layers' earliest) when any of its layers states one.
+        self.sends_deadline = (any(layer.policy.sends_deadline for layer in stack) if stack
+                               else client.sends_deadline)
         self.calls = [_Call(call) for call in calls]
         self.attempts: dict[tuple[int, int], _Attempt] = {}
         self.execution_created: dict[int, tuple[int, int, float]] = {}
