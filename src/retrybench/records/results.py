@@ -84,6 +84,7 @@ class Metrics(TypedDict):
     engine_refused: ReadOnly[int]
     gave_up_retry_after: ReadOnly[int]
     attempts_served_retained: NotRequired[int]  # answered from a retained response (result retention only)
+    attempts_refused_breaker: NotRequired[int]  # answered by a circuit breaker (with one only)
 
 
 class RetryTiming(TypedDict):
