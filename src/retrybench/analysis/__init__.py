@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from retrybench.analysis.breaker import drain_to_full_service_s, open_s_after
 from retrybench.analysis.delivery import (
     CohortDelivery,
     Recovery,
@@ -102,4 +103,7 @@ def summarize(log: RunLog) -> Metrics:
     breaker_refused = sum(1 for a in log.attempts if a.refusal_source == "breaker")
     if breaker_refused:  # a circuit breaker: a run without one has no such figure
         metrics["attempts_refused_breaker"] = breaker_refused
+    if log.samples.breaker_state:
+        metrics["drain_to_full_service_s"] = drain_to_full_service_s(log)
+        metrics["breaker_not_closed_s"] = open_s_after(log.samples.breaker_state, 0)
     return metrics

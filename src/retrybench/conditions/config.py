@@ -151,7 +151,7 @@ class ClientPolicy:
     jitter_fraction: float = 0.25
     retry_after: str = "cap-or-give-up"
     retry_after_cap_s: float = 120.0
-    retry_on: str = ",".join(RETRIABLE)
+    retry_on: str = ",".join(RETRIABLE + RETRIABLE_BEYOND)  # every failed outcome (the paper's client)
     # Whether a refusal carrying `x-should-retry: false` ends the call (the SDKs' _should_retry); the
     # paper's client reads no such header.
     honour_should_retry: bool = False

@@ -73,6 +73,12 @@ REPLICA_CONDITIONS = ("no-control", "coalescing", "deferred-cancellation", "retr
 REPLICA_DEPLOYMENTS: tuple[Mapping[str, Any], ...] = tuple(
     {"replicas": n, **({"router": router} if n > 1 else {}), "proxies": PROXY_INSTANCES, **tier}
     for n in REPLICA_COUNTS for router in (ROUTER_POLICIES if n > 1 else ("round-robin",)) for tier in PROXY_TIERS)
+# Beyond the paper: which refusal status and headers shed load without turning it into retries, under the
+# retry budget and under the engine cap, and a circuit breaker counting busy answers as faults or not.
+REJECTION = ("retry-budget", "reject-budget-429-bare", "reject-budget-503", "reject-budget-529",
+             "reject-budget-no-retry", "engine-cap-338", "reject-cap-429", "reject-cap-529", "reject-cap-no-retry",
+             "breaker-busy-faults", "breaker-errors-only")
+REJECTION_CLIENTS = (None, "openai-sdk", "anthropic-sdk", "tenacity-typical")
 BUDGET_WITH_CANCELLATION = ("no-control", "retries-on-cancel-on", "retry-budget", "retry-budget-cancel-on",
                             "deferred-cancellation")
 
@@ -99,6 +105,10 @@ BLOCKS: dict[str, Block] = {
     "sdk-clients": Block(name="sdk-clients", conditions=SDK_CONDITIONS, models=PAPER_MODELS, section="3.1",
                          pulses_x=PULSES_X, paper=False,
                          clients=(None, "openai-sdk", "anthropic-sdk", "tenacity-typical")),
+    # Beyond the paper: refusal semantics (status, Retry-After, x-should-retry) per client profile, and a
+    # circuit breaker in front of the proxy (docs/rejection.md).
+    "rejection": Block(name="rejection", conditions=REJECTION, models=(PRIMARY_MODEL,), section="6.1, 6.2",
+                       paper=False, clients=REJECTION_CLIENTS),
     # Beyond the paper: N engine replicas behind a router and the proxy as several instances.
     "replicas": Block(name="replicas", conditions=REPLICA_CONDITIONS, models=(PRIMARY_MODEL,), section="6.1, 6.3",
                       paper=False, deployments=REPLICA_DEPLOYMENTS, opt_in=True),

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from retrybench.analysis import section5, summarize
 from retrybench.analysis.delivery import delivered_per_window, waiting_total
+from retrybench.conditions.config import ConfigError
 from retrybench.engine.profiles import profile_for
 from retrybench.plan.recorded import trace_for
 from retrybench.plan.spec import RunSpec, condition_for, engine_config_for
@@ -50,12 +51,14 @@ def simulate_spec(spec: RunSpec, chat: float, trace: TraceEvents | None = None) 
     if profile.host_costs_from not in (None, spec.gpu):
         meta["host_costs_from"] = profile.host_costs_from
     if spec.deployed:
+        if condition.breaker is not None:
+            raise ConfigError(f"{spec.condition}: a [breaker] runs in front of one proxy, not a deployment")
         cap_given = spec.engine_cap if spec.engine_cap is not None else condition.engine_cap
         return simulate_deployment(replica_profiles(spec, cap_given), calls, client=condition.client,
                                    proxy=condition.proxy, seed=spec.seed, meta=meta, deployment=deployment_of(spec),
                                    prefix_tokens=workload.shared_prefix_tokens, trace=trace)
     return simulate(profile, calls, client=condition.client, proxy=condition.proxy, seed=spec.seed,
-                    meta=meta, prefix_tokens=workload.shared_prefix_tokens, trace=trace)
+                    meta=meta, prefix_tokens=workload.shared_prefix_tokens, trace=trace, breaker=condition.breaker)
 
 
 def series(log: RunLog) -> Series:
