@@ -153,7 +153,7 @@ class RunLog:
         for attempt in data["attempts"]:
             if not attempt["retained"]:
                 del attempt["retained"]  # a run without result retention reads as before it existed
-            if attempt["refused_by"] == implied_refusal_source(attempt["outcome"], attempt["execution_id"]):
+            if attempt["refused_by"] in (None, implied_refusal_source(attempt["outcome"], attempt["execution_id"])):
                 del attempt["refused_by"]  # nor does one whose refusals answer as the paper's proxy did
         if not data["samples"]["breaker_state"]:
             del data["samples"]["breaker_state"]  # nor does a run without a circuit breaker
