@@ -32,7 +32,7 @@ TIMED_OUT: Final = "timed_out"
 REFUSED_429: Final = "refused_429"
 REFUSED_503: Final = "refused_503"
 REFUSED_529: Final = "refused_529"  # beyond the paper: "overloaded" (a refusal configured to answer 529)
-REFUSED_BY_STATUS: Final = {429: REFUSED_429, 503: REFUSED_503, 529: REFUSED_529}
+REFUSED_BY_STATUS: Final[dict[int, AttemptOutcome]] = {429: REFUSED_429, 503: REFUSED_503, 529: REFUSED_529}
 ERROR: Final = "error"
 
 # Execution fates (the paper's Section 2 vocabulary, plus what can happen before the engine).
