@@ -22,6 +22,7 @@ from retrybench.records.results import Result, RunSummary, is_failed
 from retrybench.report import fmt
 from retrybench.report.headlines import HEADLINES
 from retrybench.report.margins import MarginsSection, margins_section
+from retrybench.report.rejection import rejection_section
 from retrybench.report.replicas import deployment_suffix, replicas_section
 from retrybench.report.robustness import robustness
 from retrybench.report.runs import Entry, RunSet, spec_of
@@ -120,6 +121,7 @@ def build_context(results: Iterable[Result], meta: Mapping[str, object], runs: i
         "sdk_clients": _sdk_clients(rs),
         "sdk_verdicts": _sdk_verdicts(rs),
         "replicas": replicas_section(rs),
+        "rejection": rejection_section(rs),
         "setup": _setup(rs),
         "failed": [{"spec": _describe(e), "block": e.block, "error": e.result["error"]}
                    for e in [*rs.entries, *rs.beyond] if is_failed(e.result)],

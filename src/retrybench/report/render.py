@@ -14,6 +14,7 @@ from retrybench.records.results import Result
 from retrybench.report.context import run_file_name
 from retrybench.report.figures import draw_figures
 from retrybench.report.figures_boundaries import boundary_figures
+from retrybench.report.figures_rejection import rejection_figures
 from retrybench.report.sections import ReportContext
 
 __all__ = ["render_html", "write_report"]
@@ -30,7 +31,8 @@ def _environment() -> jinja2.Environment:
 
 def render_html(context: ReportContext) -> str:
     """The report page: the context's data with its figures drawn."""
-    figures = draw_figures(context["figures"]) | boundary_figures(context.get("boundaries"))
+    figures = (draw_figures(context["figures"]) | boundary_figures(context.get("boundaries"))
+               | rejection_figures(context.get("rejection")))
     template = _environment().get_template("report.html.j2")
     return template.render(**context, svg=figures, runs_dir=RUNS_DIR)
 
