@@ -76,7 +76,7 @@ class Refuse:
     retry_after_s: float | None = None
     live: bool = False
     no_retry: bool = False
-    source: str = ""
+    source: str = field(default="", compare=False)  # who refused, for the run log: not part of the answer
 
 
 @dataclass(frozen=True, slots=True)
