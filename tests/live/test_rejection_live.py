@@ -17,6 +17,7 @@ from fixtures.waiting import until
 
 from retrybench.conditions.client_profiles import load_client_profile
 from retrybench.conditions.config import BreakerPolicy, ClientPolicy, ProxyPolicy, WorkloadSpec
+from retrybench.loadgen.assemble import Scrape, resample
 from retrybench.loadgen.loadgen import LoadgenSettings, LoadResult, run_load
 from retrybench.records.runlog import COMPLETED, REFUSED_529
 from retrybench.serving.app import new_app, start_app
@@ -89,6 +90,7 @@ def test_the_breaker_opens_refuses_then_lets_one_probe_through_which_closes_it()
             async with s.post(body(status=503)) as busy:
                 assert busy.status == 503
         assert gate.state_code() == 1
+        assert await s.metric("retrybench_proxy_breaker_state") == 1  # what a live run samples each second
         async with s.post(body()) as shed:
             assert shed.status == 529 and int(shed.headers["Retry-After"]) >= 1
             assert (await shed.json())["error"]["message"] == "the circuit breaker is open"
@@ -108,6 +110,7 @@ def test_the_breaker_opens_refuses_then_lets_one_probe_through_which_closes_it()
         await until(lambda: gate.state_code() == 0, "the probe's success to close the breaker")
         async with s.post(body()) as after:
             assert after.status == 200
+        assert await s.metric("retrybench_proxy_breaker_state") == 0
         assert gate.core.counts.opened == 1 and gate.core.counts.closed == 1
         await s.settle()
 
@@ -172,3 +175,23 @@ def test_the_papers_client_retries_a_529_whatever_the_header() -> None:
     assert sorted(attempt for _, attempt in upstream.seen) == [0, 0, 0, 1, 1, 1]
     assert all(c.delivered_s is not None and c.attempts == 2 for c in result.calls)
     assert {a.outcome for a in result.attempts} == {REFUSED_529, COMPLETED}
+
+
+def test_a_live_runs_samples_carry_the_breakers_state_only_where_the_proxy_has_one() -> None:
+    scrapes = [Scrape(at_unix=100.0 + t, engine_waiting=0, engine_running=0, proxy_waiting=0, prompt_tokens_total=0,
+                      prefix_cache_queries_total=0, breaker_state=state) for t, state in enumerate((0, 1, 2, 0))]
+    assert resample(scrapes, 100.0, 1.0, 4.0).breaker_state == [0, 1, 2, 0]
+    plain = [replace(s, breaker_state=None) for s in scrapes]
+    assert resample(plain, 100.0, 1.0, 4.0).breaker_state == []
+
+
+def test_a_named_conditions_breaker_reaches_the_proxys_settings() -> None:
+    from retrybench.cli.live import _proxy_settings
+
+    values: dict[str, Any] = {"upstreams": ["http://127.0.0.1:9"], "route": None, "policy_name": "breaker-busy-faults",
+                              "retain_s": None, "retain_max_bytes": None, "prefix_tokens": 2000,
+                              "max_body_bytes": 1 << 20, "log_path": None, "time_scale": 1.0, "connect_timeout_s": 10.0,
+                              "idle_timeout_s": 100.0, "max_executions": 10, "max_subscribers": 10,
+                              "max_replay_bytes": 1 << 20, "drain_timeout_s": 1.0}
+    assert _proxy_settings(values, None).breaker == BreakerPolicy(failures=20, busy_is_fault=True)
+    assert _proxy_settings({**values, "policy_name": "no-control"}, None).breaker is None

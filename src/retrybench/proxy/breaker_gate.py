@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from itertools import count
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge
 
 from retrybench.conditions.config import BreakerPolicy
 from retrybench.control.breaker import STATE_CODES, BreakerCore
@@ -43,6 +44,11 @@ class BreakerGate:
         self._now = now
         self._refusal = refusal
         self._ids = count()
+
+    def register(self, registry: CollectorRegistry) -> None:
+        """Its state as a gauge of the proxy's /metrics (a live run samples it each second)."""
+        Gauge("retrybench_proxy_breaker_state", "The circuit breaker's state: 0 closed, 1 open, 2 half-open",
+              registry=registry).set_function(self.state_code)
 
     def state_code(self) -> int:
         """The breaker's state now, as the run log samples it (0 closed, 1 open, 2 half-open)."""

@@ -106,6 +106,8 @@ class ProxyServer(AttemptHandling):
         # Beyond the paper: a circuit breaker decides before the core (proxy/breaker_gate.py).
         self.breaker = (BreakerGate(settings.breaker, self.handle_completion, self.now, _refusal)
                         if settings.breaker is not None else None)
+        if self.breaker is not None:
+            self.breaker.register(self.metrics.registry)
         header: DecisionLogHeader = {"t0_unix": time.time(), "time_scale": settings.time_scale,
                                      "upstream": settings.upstream, "policy": asdict(settings.policy)}
         if several:
