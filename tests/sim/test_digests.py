@@ -119,6 +119,25 @@ SHORT_RUNS: dict[str, tuple[str, str]] = {  # condition -> (run-log digest, trac
                      "52adaed4edbfdede1aaae8825670c9103a6242d713bed8bd3d76d96bb231e530"),
     "retry-budget-cancel-on": ("5c9b6aa960449c4cc3c5bf641829659672d110a475d77e37ee690be2037efe98",
                                "a4187cabe3c77f3a727d42a6b494210856513a3effca3ab73eef2fe341955d05"),
+    # Beyond the paper: the rejection block's refusal policies and circuit breakers (docs/rejection.md).
+    "reject-budget-429-bare": ("946e5e16fb91622cfc5d5fd110faa2c012d91ce8fc86907746e1b82730fdc54a",
+                               "5e4ab475a583790abbbe1e11c5691ef033e449e0f660404770782dd342ee6b3e"),
+    "reject-budget-503": ("acb175624a181cd8ab55d3a58fbb68597805fc60de427ee1e58fceee747cb7af",
+                          "5e4ab475a583790abbbe1e11c5691ef033e449e0f660404770782dd342ee6b3e"),
+    "reject-budget-529": ("905d2b3fc1a5352978bf72c748393b211b67aa7e405de27380daf3e1f15693c3",
+                          "5e4ab475a583790abbbe1e11c5691ef033e449e0f660404770782dd342ee6b3e"),
+    "reject-budget-no-retry": ("0c28bf6b6e6f84cb3aa22b8accacb86e0932eebc1b4574c38c2270926eb77862",
+                               "52adaed4edbfdede1aaae8825670c9103a6242d713bed8bd3d76d96bb231e530"),
+    "reject-cap-429": ("43263a8a8f47fd57245cf05ffb113b4abc63bc6483a27a1a2da69ed54461f249",
+                       "4657965b186f1700f335bb9f03aa7bdfb669f559f7ae6500bd3dba9e596b468c"),
+    "reject-cap-529": ("db5f92f5e284ea78aa553870e5fb8f7eeedb6d18d004b3b17703f3dc429676d5",
+                       "8ed261654c615fc7e43cf0e1fd6c01a2bb515864036ae8cb134ab6ceb44eab74"),
+    "reject-cap-no-retry": ("6e4d1529ed696711566d5e71f154fbaf79148a2ff2b50f4eef588949174aae9d",
+                            "8ed261654c615fc7e43cf0e1fd6c01a2bb515864036ae8cb134ab6ceb44eab74"),
+    "breaker-busy-faults": ("aa801e5f40f93ee7d039f670e49403f2d2c7205db4f4f45f460847e494d513f1",
+                            "c15a509c77b57f04d5f26de05e27b1484a228b367d0972ba21133024986f45b2"),
+    "breaker-errors-only": ("ed635a3f8c34480ccc8da3bede3450b0f1e49b3e41806299937ee38271151fa9",
+                            "c15a509c77b57f04d5f26de05e27b1484a228b367d0972ba21133024986f45b2"),
 }
 
 # calibrate() of Qwen2.5-7B-Instruct on trace seed 0 (one of the five C-hat averages).
@@ -190,7 +209,7 @@ def short_run(condition_name: str) -> tuple[str, str]:
     log = simulate(profile_for(QWEN, "h100", engine), generate_trace(SHORT, SHORT_SEED).calls,
                    client=replace(condition.client, attempt_timeout_s=SHORT_DEADLINE_S), proxy=condition.proxy,
                    seed=SHORT_SEED, meta={"short": condition_name}, prefix_tokens=SHORT.shared_prefix_tokens,
-                   trace=events)
+                   trace=events, breaker=condition.breaker)
     return log.digest(), _sha(events)
 
 

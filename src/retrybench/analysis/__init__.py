@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from retrybench.analysis.breaker import drain_to_full_service_s, open_s_after
 from retrybench.analysis.delivery import (
     CohortDelivery,
     Recovery,
@@ -23,8 +24,6 @@ from retrybench.records.runlog import (
     FATE_CANCELLED,
     FATE_DROPPED,
     FATE_REFUSED,
-    REFUSED_429,
-    REFUSED_503,
     RunLog,
 )
 
@@ -89,11 +88,11 @@ def summarize(log: RunLog) -> Metrics:
         calls_delivered=sum(1 for c in log.calls if c.delivered_s is not None),
         calls_failed=sum(1 for c in log.calls if c.failed_s is not None),
         # what the overload controls did: refused, attached, dropped, cancelled
-        retries_refused=sum(1 for a in retries if a.outcome == REFUSED_429),
-        retries_refused_live=sum(1 for a in retries if a.outcome == REFUSED_429 and a.refused_live),
+        retries_refused=sum(1 for a in retries if a.refusal_source == "budget"),
+        retries_refused_live=sum(1 for a in retries if a.refusal_source == "budget" and a.refused_live),
         retries_attached=attached,
         retries_attached_pct=clean(100.0 * attached / len(retries)) if retries else None,
-        attempts_refused_deadline=sum(1 for a in log.attempts if a.outcome == REFUSED_503 and a.execution_id is None),
+        attempts_refused_deadline=sum(1 for a in log.attempts if a.refusal_source == "deadline"),
         executions_dropped=sum(1 for e in log.executions if e.fate == FATE_DROPPED),
         engine_refused=sum(1 for e in log.executions if e.fate == FATE_REFUSED),
         gave_up_retry_after=sum(1 for c in log.calls if c.failed_reason == "retry_after_too_long"),
@@ -101,4 +100,10 @@ def summarize(log: RunLog) -> Metrics:
     served = sum(1 for a in log.attempts if a.retained)
     if served:  # result retention: a run without it has no such figure
         metrics["attempts_served_retained"] = served
+    breaker_refused = sum(1 for a in log.attempts if a.refusal_source == "breaker")
+    if breaker_refused:  # a circuit breaker: a run without one has no such figure
+        metrics["attempts_refused_breaker"] = breaker_refused
+    if log.samples.breaker_state:
+        metrics["drain_to_full_service_s"] = drain_to_full_service_s(log)
+        metrics["breaker_not_closed_s"] = open_s_after(log.samples.breaker_state, 0)
     return metrics

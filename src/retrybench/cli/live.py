@@ -128,6 +128,8 @@ def _proxy_settings(values: dict[str, Any], condition: Value | None) -> ProxySet
     policy_name = values["policy_name"]
     policy = (proxy_policy_from_table(policy_name, where) if isinstance(policy_name, dict)
               else load_condition(policy_name).proxy)
+    # Beyond the paper: a named condition's [breaker] (a table given inline holds a proxy policy only).
+    breaker = None if isinstance(policy_name, dict) else load_condition(policy_name).breaker
     retain_s, retain_max_bytes = values["retain_s"], values["retain_max_bytes"]
     if retain_s is not None:
         policy = replace(policy, retain_s=retain_s)
@@ -143,7 +145,8 @@ def _proxy_settings(values: dict[str, Any], condition: Value | None) -> ProxySet
                              upstream_connect_timeout_s=values["connect_timeout_s"] or None,
                              upstream_idle_timeout_s=values["idle_timeout_s"] or None,
                              max_executions=values["max_executions"], max_subscribers=values["max_subscribers"],
-                             max_replay_bytes=values["max_replay_bytes"], drain_timeout_s=values["drain_timeout_s"])
+                             max_replay_bytes=values["max_replay_bytes"], drain_timeout_s=values["drain_timeout_s"],
+                             breaker=breaker)
     except ValueError as error:
         raise ConfigError(str(error)) from error
 

@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 __all__ = [
     "CONDITIONS",
+    "REFUSAL_STATUSES",
+    "BreakerPolicy",
     "ClientPolicy",
     "ConfigError",
     "EngineConfig",
@@ -125,6 +127,8 @@ class ClientPolicy:
       "ignore": always backoff.
     retry_on lists the attempt outcomes that are retried, comma-separated (a string, so that the policy
     survives a JSON round trip as the live load generator's log makes it); any other ends the call.
+    honour_should_retry: a refusal that says `x-should-retry: false` ends the call (the SDKs obey the
+    header before looking at the status); the paper's client does not read it.
     """
 
     BACKOFFS = ("uniform", "exponential")
@@ -132,6 +136,8 @@ class ClientPolicy:
     RETRY_AFTER_RULES = ("cap-or-give-up", "positive-cap-or-give-up", "positive-cap-or-backoff",
                          "positive-capped", "ignore")
     RETRIABLE = ("timed_out", "refused_429", "refused_503", "error")
+    # Outcomes a profile may list beyond the paper's (a 529 "overloaded", as NVIDIA Dynamo answers).
+    RETRIABLE_BEYOND = ("refused_529",)
 
     retries: bool = True
     max_retries: int = 3
@@ -145,10 +151,13 @@ class ClientPolicy:
     jitter_fraction: float = 0.25
     retry_after: str = "cap-or-give-up"
     retry_after_cap_s: float = 120.0
-    retry_on: str = ",".join(RETRIABLE)
     # Whether each attempt tells the server its deadline (Request-Timeout-Ms): the paper's client does not;
     # a proxy with deadline_propagation reads it (docs/deadlines.md).
     sends_deadline: bool = False
+    retry_on: str = ",".join(RETRIABLE + RETRIABLE_BEYOND)  # every failed outcome (the paper's client)
+    # Whether a refusal carrying `x-should-retry: false` ends the call (the SDKs' _should_retry); the
+    # paper's client reads no such header.
+    honour_should_retry: bool = False
 
     def __post_init__(self) -> None:
         _check(0 <= self.max_retries <= 20, f"max_retries must be in [0, 20], got {self.max_retries}")
@@ -171,8 +180,10 @@ class ClientPolicy:
             _check(value in allowed, f"{name} must be one of {', '.join(allowed)}; got {value!r}")
         outcomes = self.retried_outcomes
         _check(
-            all(o in self.RETRIABLE for o in outcomes) and len(set(outcomes)) == len(outcomes),
-            f"retry_on must list distinct outcomes from {', '.join(self.RETRIABLE)}, comma-separated; "
+            all(o in self.RETRIABLE + self.RETRIABLE_BEYOND for o in outcomes)
+            and len(set(outcomes)) == len(outcomes),
+            f"retry_on must list distinct outcomes from {', '.join(self.RETRIABLE + self.RETRIABLE_BEYOND)}, "
+            f"comma-separated; "
             f"got {self.retry_on!r}",
         )
 
@@ -189,6 +200,11 @@ class ClientPolicy:
 CANCELLATION_MODES = ("off", "immediate", "deferred")
 ORDERS = ("budget-first", "lookup-first")
 QUEUE_ORDERS = ("fifo", "lifo")
+# The statuses a refusal may carry: 429 (too many requests), 503 (unavailable), 529 (overloaded).
+REFUSAL_STATUSES = (429, 503, 529)
+# The sources of a refusal, each with its own status and headers: the retry budget, the deadline
+# check, and the engine's queue cap (whose 503 the proxy relays).
+REFUSAL_SOURCES = ("budget", "deadline", "engine")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,8 +230,12 @@ class ProxyPolicy:
     (its client's Request-Timeout-Ms, else x-stainless-timeout, else default_deadline_s after arrival,
     else none), drops a queued execution and cancels a running one once every subscriber's deadline has
     passed (whatever `cancellation` says; "deferred" counts its deferral from that deadline), and forwards
-    the time left upstream. deadline_admission also refuses (503) an attempt the proxy estimates cannot
+    the time left upstream. deadline_admission also refuses (with the deadline check's answer, `deadline_status`) an attempt the proxy estimates cannot
     receive its last token before its deadline.
+    Beyond the paper, each refusal's answer (source = budget, deadline or engine):
+    `<source>_status` (429, 503 or 529), `<source>_retry_after` (send Retry-After, the proxy's wait
+    estimate) and `<source>_no_retry` (send `x-should-retry: false`). The defaults are the paper's
+    proxy: the budget's 429 with Retry-After, the deadline check's and the engine's 503 without.
     """
 
     cancellation: str = "off"
@@ -237,8 +257,21 @@ class ProxyPolicy:
     deadline_propagation: bool = False
     default_deadline_s: float | None = None
     deadline_admission: bool = False
+    budget_status: int = 429
+    budget_retry_after: bool = True
+    budget_no_retry: bool = False
+    deadline_status: int = 503
+    deadline_retry_after: bool = False
+    deadline_no_retry: bool = False
+    engine_status: int = 503
+    engine_retry_after: bool = False
+    engine_no_retry: bool = False
 
     def __post_init__(self) -> None:
+        for source in REFUSAL_SOURCES:
+            status = getattr(self, f"{source}_status")
+            _check(status in REFUSAL_STATUSES,
+                   f"{source}_status must be one of {', '.join(map(str, REFUSAL_STATUSES))}; got {status!r}")
         _check(
             self.cancellation in CANCELLATION_MODES,
             f"cancellation must be one of {', '.join(CANCELLATION_MODES)}; got {self.cancellation!r}",
@@ -306,6 +339,36 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BreakerPolicy:
+    """A circuit breaker in front of the proxy (control/breaker.py), beyond the paper.
+
+    Closed, it counts faults: `failures` within `window_s` seconds open it. Open, it answers every
+    attempt itself for `open_s` seconds with `status` (Retry-After = the cool-down left when
+    `retry_after`; `x-should-retry: false` when `no_retry`). Then half-open, it lets `probes` attempts
+    through: a probe's success closes it, a probe's fault reopens it. A timeout or an error is always a
+    fault; a busy answer (429, 503 or 529 from the engine or the proxy) is one only when `busy_is_fault`
+    (as sglang's router counted its workers' queue-full 503s).
+    """
+
+    failures: int = 5
+    window_s: float = 10.0
+    open_s: float = 30.0
+    probes: int = 1
+    busy_is_fault: bool = True
+    status: int = 503
+    retry_after: bool = True
+    no_retry: bool = False
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.failures <= 100_000, f"failures must be in [1, 100000], got {self.failures}")
+        _check(0 < self.window_s <= 3600, f"window_s must be in (0, 3600] seconds, got {self.window_s}")
+        _check(0 < self.open_s <= 3600, f"open_s must be in (0, 3600] seconds, got {self.open_s}")
+        _check(1 <= self.probes <= 1000, f"probes must be in [1, 1000], got {self.probes}")
+        _check(self.status in REFUSAL_STATUSES,
+               f"status must be one of {', '.join(map(str, REFUSAL_STATUSES))}; got {self.status!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Condition:
     """One condition of the paper's Table 1: a client policy, a proxy policy and engine overrides."""
 
@@ -314,6 +377,7 @@ class Condition:
     client: ClientPolicy = field(default_factory=ClientPolicy)
     proxy: ProxyPolicy = field(default_factory=ProxyPolicy)
     engine_cap: int | str | None = None  # a number, "auto" (= ceil(120 x C-hat)) or None
+    breaker: BreakerPolicy | None = None  # a circuit breaker in front of the proxy ([breaker]), beyond the paper
 
     def __post_init__(self) -> None:
         _check(
@@ -325,7 +389,7 @@ class Condition:
 
 
 _SECTIONS = ("client", "proxy")
-_Policy = TypeVar("_Policy", ClientPolicy, ProxyPolicy)
+_Policy = TypeVar("_Policy", ClientPolicy, ProxyPolicy, BreakerPolicy)
 
 
 def _type_ok(value: Any, annotation: str) -> bool:
@@ -371,13 +435,17 @@ def condition_from_toml(text: str, name: str, where: str = "<policy>") -> Condit
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{where}: not valid TOML: {error}") from error
-    top_allowed = {"description", "engine_cap", *_SECTIONS}
+    top_allowed = {"description", "engine_cap", "breaker", *_SECTIONS}
     for key in data:
         _check(key in top_allowed, f"{where}: unknown key {key!r}; allowed: {', '.join(sorted(top_allowed))}")
     _check(isinstance(data.get("client", {}), dict), f"{where}: [client] must be a table")
     client = _build(ClientPolicy, data.get("client", {}), f"{where} [client]")
     _check(isinstance(data.get("proxy", {}), dict), f"{where}: [proxy] must be a table")
     proxy = _build(ProxyPolicy, data.get("proxy", {}), f"{where} [proxy]")
+    breaker = None
+    if "breaker" in data:
+        _check(isinstance(data["breaker"], dict), f"{where}: [breaker] must be a table")
+        breaker = _build(BreakerPolicy, data["breaker"], f"{where} [breaker]")
     try:
         return Condition(
             name=name,
@@ -385,6 +453,7 @@ def condition_from_toml(text: str, name: str, where: str = "<policy>") -> Condit
             engine_cap=data.get("engine_cap"),
             client=client,
             proxy=proxy,
+            breaker=breaker,
         )
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from error

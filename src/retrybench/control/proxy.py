@@ -78,12 +78,16 @@ class Attach:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """Answer the attempt at once: 429 (retry budget, with Retry-After) or 503 (deadline check).
-    `live` says whether the call still had a live execution (budget-first refusals)."""
+    """Answer the attempt at once: 429 (retry budget, with Retry-After) or 503 (deadline check), or
+    the status and headers the policy configures for that source. `live` says whether the call still
+    had a live execution (budget-first refusals); `no_retry` asks for `x-should-retry: false`;
+    `source` is what refused: "budget", "deadline" or "breaker"."""
 
     status: int
     retry_after_s: float | None = None
     live: bool = False
+    no_retry: bool = False
+    source: str = field(default="", compare=False)  # who refused, for the run log: not part of the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +122,14 @@ class Cancel:
 
 @dataclass(frozen=True, slots=True)
 class Notify:
-    """Tell a subscriber about its execution: first_token, completed, or refused (with status)."""
+    """Tell a subscriber about its execution: first_token, completed, or refused (with status, and
+    the headers the policy configures for the engine's refusals)."""
 
     subscriber: Subscriber
     kind: str
     status: int = 200
     retry_after_s: float | None = None
+    no_retry: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,10 +254,13 @@ class ProxyCore:
             wait = self.estimator.wait_s(now, len(self._queue) + engine_waiting, attempt.prompt_tokens)
             if wait > policy.attempt_deadline_s:
                 self.counts.deadline_refused += 1
-                return Refuse(503)
+                return Refuse(policy.deadline_status, retry_after_s=wait if policy.deadline_retry_after else None,
+                              no_retry=policy.deadline_no_retry, source="deadline")
         if policy.deadline_admission and self._misses_deadline(attempt, now, engine_waiting):
             self.counts.deadline_admission_refused += 1
-            return Refuse(503)
+            wait = self.estimator.wait_s(now, len(self._queue) + engine_waiting, attempt.prompt_tokens)
+            return Refuse(policy.deadline_status, retry_after_s=wait if policy.deadline_retry_after else None,
+                          no_retry=policy.deadline_no_retry, source="deadline")
         return self._create(attempt, now)
 
     def _deadline_of(self, attempt: AttemptIn, now: float) -> float | None:
@@ -287,8 +296,10 @@ class ProxyCore:
     def _refuse_retry(self, attempt: AttemptIn, now: float, engine_waiting: int, live: bool) -> Refuse:
         self.counts.retries_refused += 1
         self.counts.retries_refused_live += live
+        policy = self.policy
         retry_after = self.estimator.wait_s(now, len(self._queue) + engine_waiting, attempt.prompt_tokens)
-        return Refuse(429, retry_after_s=retry_after, live=live)
+        return Refuse(policy.budget_status, retry_after_s=retry_after if policy.budget_retry_after else None,
+                      live=live, no_retry=policy.budget_no_retry, source="budget")
 
     def _attach(self, execution: Execution, attempt: AttemptIn, now: float) -> Attach:
         execution.subscribers.add(attempt.subscriber)
@@ -390,11 +401,13 @@ class ProxyCore:
     # -- the engine reports ----------------------------------------------------------------------
 
     def on_engine_event(self, execution_id: int, kind: str, now: float,
-                        result_bytes: int | None = None) -> list[Action]:
+                        result_bytes: int | None = None, engine_waiting: int = 0) -> list[Action]:
         """The upstream stream produced its first token, completed, or was refused (503).
 
         `result_bytes` is the size of a completed execution's whole response where it can be
-        served again (an HTTP 200); with retention on, the response is kept if it fits."""
+        served again (an HTTP 200); with retention on, the response is kept if it fits. An engine's
+        refusal is relayed with the policy's engine_status and headers (its Retry-After estimated from
+        `engine_waiting`, the engine's waiting gauge)."""
         execution = self.executions[execution_id]
         if execution.state != "live":
             return []
@@ -405,9 +418,11 @@ class ProxyCore:
             return [Notify(subscriber, "first_token") for subscriber in sorted(execution.subscribers)]
         if kind not in ("completed", "refused"):
             raise ValueError(f"unknown engine event {kind!r}")
-        status = 503 if kind == "refused" else 200
-        actions: list[Action] = [Notify(subscriber, kind, status=status)
-                                 for subscriber in sorted(execution.subscribers)]
+        actions: list[Action]
+        if kind == "refused":
+            actions = self._relay_refusal(execution, now, engine_waiting)
+        else:
+            actions = [Notify(subscriber, kind) for subscriber in sorted(execution.subscribers)]
         for subscriber in execution.subscribers:
             self._by_subscriber.pop(subscriber, None)
         execution.subscribers.clear()
@@ -442,6 +457,14 @@ class ProxyCore:
             del self.executions[execution_id]
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    def _relay_refusal(self, execution: Execution, now: float, engine_waiting: int) -> list[Action]:
+        """The engine's refusal as the policy answers it: its status, Retry-After and x-should-retry."""
+        policy = self.policy
+        retry_after = (self.estimator.wait_s(now, len(self._queue) + engine_waiting, execution.prompt_tokens)
+                       if policy.engine_retry_after else None)
+        return [Notify(subscriber, "refused", status=policy.engine_status, retry_after_s=retry_after,
+                       no_retry=policy.engine_no_retry) for subscriber in sorted(execution.subscribers)]
 
     def _retain(self, execution: Execution, size: int, now: float) -> list[Action]:
         policy = self.policy

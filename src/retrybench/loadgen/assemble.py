@@ -38,6 +38,7 @@ class Scrape:
     proxy_waiting: int
     prompt_tokens_total: int
     prefix_cache_queries_total: int
+    breaker_state: int | None = None  # the proxy's circuit breaker, where it has one (beyond the paper)
 
 
 def resample(scrapes: Sequence[Scrape], t0_unix: float, time_scale: float, end_s: float) -> QueueSamples:
@@ -54,6 +55,8 @@ def resample(scrapes: Sequence[Scrape], t0_unix: float, time_scale: float, end_s
         samples.proxy_waiting.append(s.proxy_waiting)
         samples.prompt_tokens_total.append(s.prompt_tokens_total)
         samples.prefix_cache_queries_total.append(s.prefix_cache_queries_total)
+        if s.breaker_state is not None:
+            samples.breaker_state.append(s.breaker_state)
     return samples
 
 

@@ -33,6 +33,7 @@ from retrybench.records.runlog import (
     ERROR,
     REFUSED_429,
     REFUSED_503,
+    REFUSED_529,
     TIMED_OUT,
     AttemptOutcome,
     AttemptRecord,
@@ -131,6 +132,7 @@ class AttemptInFlight:
     retry_after_s: float | None = None
     attached: bool = False
     retained: bool = False  # answered from a response the proxy kept (result retention)
+    no_retry: bool = False  # the answer carried x-should-retry: false (beyond the paper)
 
 
 @dataclass(slots=True)
@@ -393,8 +395,14 @@ class _Load:
                 await response.read()
                 if response.status == 429:
                     record.retry_after_s = retry_after_s(response.headers)
+                    record.no_retry = response.headers.get("x-should-retry") == "false"
                     return REFUSED_429
-                return REFUSED_503 if response.status == 503 else ERROR
+                if response.status in (503, 529):  # 529 beyond the paper: "overloaded"
+                    # The SDKs read any refusal's Retry-After; the paper's client waits only a 429's.
+                    record.retry_after_s = retry_after_s(response.headers)
+                    record.no_retry = response.headers.get("x-should-retry") == "false"
+                    return REFUSED_503 if response.status == 503 else REFUSED_529
+                return ERROR
             if not self.settings.stream:
                 code = _error_code(await response.read())
                 return COMPLETED if code is None else REFUSED_503 if code == 503 else ERROR
@@ -431,7 +439,8 @@ class _Load:
         record.ended_s = now
         self.in_flight -= 1
         index = record.call_index
-        action = self.client.on_outcome(index, record.attempt_no, outcome, now, record.retry_after_s)
+        action = self.client.on_outcome(index, record.attempt_no, outcome, now, record.retry_after_s,
+                                        record.no_retry)
         if isinstance(action, SendAttempt):
             due = self.clock.wall(action.send_s)
             heapq.heappush(self.heap, (due, next(self.seq), action))

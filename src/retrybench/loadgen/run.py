@@ -89,11 +89,25 @@ async def _sums(session: aiohttp.ClientSession, urls: Sequence[str], names: Sequ
 async def _scrape(session: aiohttp.ClientSession, engines: Sequence[str], proxies: Sequence[str]) -> Scrape:
     e = await _sums(session, engines, ("vllm:num_requests_waiting", "vllm:num_requests_running",
                                        "vllm:prompt_tokens_total", "vllm:prefix_cache_queries_total"))
-    p = await _sums(session, proxies, ("retrybench_proxy_queue_depth",))
+    proxy_waiting, breaker = await _proxy_gauges(session, proxies)
     return Scrape(at_unix=time.time(), engine_waiting=e["vllm:num_requests_waiting"],
-                  engine_running=e["vllm:num_requests_running"], proxy_waiting=p["retrybench_proxy_queue_depth"],
+                  engine_running=e["vllm:num_requests_running"], proxy_waiting=proxy_waiting,
                   prompt_tokens_total=e["vllm:prompt_tokens_total"],
-                  prefix_cache_queries_total=e["vllm:prefix_cache_queries_total"])
+                  prefix_cache_queries_total=e["vllm:prefix_cache_queries_total"], breaker_state=breaker)
+
+
+async def _proxy_gauges(session: aiohttp.ClientSession, proxies: Sequence[str]) -> tuple[int, int | None]:
+    """The proxies' queue depth (summed) and their circuit breaker's state, from one read of each /metrics:
+    None where no proxy has a breaker, else the highest code any shows (any not closed shows)."""
+    waiting = 0
+    states: list[int] = []
+    for url in proxies:
+        async with session.get(url + "/metrics") as response:
+            sums = metric_sums(await response.read())
+        waiting += int(sums.get("retrybench_proxy_queue_depth", 0))
+        if "retrybench_proxy_breaker_state" in sums:
+            states.append(int(sums["retrybench_proxy_breaker_state"]))
+    return waiting, (max(states) if states else None)
 
 
 async def _drive(trace: Trace, settings: LoadgenSettings, engines: Sequence[str], proxies: Sequence[str],

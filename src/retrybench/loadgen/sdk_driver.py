@@ -28,6 +28,7 @@ from retrybench.records.runlog import (
     ERROR,
     REFUSED_429,
     REFUSED_503,
+    REFUSED_529,
     TIMED_OUT,
     AttemptOutcome,
     AttemptRecord,
@@ -55,6 +56,8 @@ class SdkLoadSettings:
 
 
 def _outcome(status: int) -> AttemptOutcome:
+    if status == 529:  # beyond the paper: "overloaded"
+        return REFUSED_529
     return COMPLETED if status == 200 else REFUSED_429 if status == 429 else REFUSED_503 if status == 503 else ERROR
 
 

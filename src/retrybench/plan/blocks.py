@@ -94,6 +94,12 @@ STACK_LAYERS_OFF: tuple[tuple[str | None, tuple[tuple[str, OverrideValue], ...]]
 # Beyond the paper: deadline propagation (docs/deadlines.md) beside no control, abort-on-disconnect and deferral.
 DEADLINES = ("no-control", "retries-on-cancel-on", "deferred-cancellation", "deadline-propagation",
              "deadline-admission", "deadline-deferred")
+# Beyond the paper: which refusal status and headers shed load without turning it into retries, under the
+# retry budget and under the engine cap, and a circuit breaker counting busy answers as faults or not.
+REJECTION = ("retry-budget", "reject-budget-429-bare", "reject-budget-503", "reject-budget-529",
+             "reject-budget-no-retry", "engine-cap-338", "reject-cap-429", "reject-cap-529", "reject-cap-no-retry",
+             "breaker-busy-faults", "breaker-errors-only")
+REJECTION_CLIENTS = (None, "openai-sdk", "anthropic-sdk", "tenacity-typical")
 BUDGET_WITH_CANCELLATION = ("no-control", "retries-on-cancel-on", "retry-budget", "retry-budget-cancel-on",
                             "deferred-cancellation")
 
@@ -127,6 +133,10 @@ BLOCKS: dict[str, Block] = {
     # retry budget, and with one layer's retries off.
     "stacked-retries": Block(name="stacked-retries", conditions=STACK_CONDITIONS, models=(PRIMARY_MODEL,),
                              section="3.1", paper=False, clients=STACKS, variants=STACK_LAYERS_OFF),
+    # Beyond the paper: refusal semantics (status, Retry-After, x-should-retry) per client profile, and a
+    # circuit breaker in front of the proxy (docs/rejection.md).
+    "rejection": Block(name="rejection", conditions=REJECTION, models=(PRIMARY_MODEL,), section="6.1, 6.2",
+                       paper=False, clients=REJECTION_CLIENTS, opt_in=True),
     # Beyond the paper: N engine replicas behind a router and the proxy as several instances.
     "replicas": Block(name="replicas", conditions=REPLICA_CONDITIONS, models=(PRIMARY_MODEL,), section="6.1, 6.3",
                       paper=False, deployments=REPLICA_DEPLOYMENTS, opt_in=True),

@@ -154,6 +154,8 @@ class AttemptHandling(ExecutionControl):
                 finished = True
                 if relay.status == 0:  # the proxy is shutting down
                     return error_response(503, "the proxy is shutting down")
+                if relay.engine_refused:  # the engine's queue cap, answered with the policy's status and headers
+                    return self._engine_refusal(relay)
                 return web.Response(status=relay.status, body=b"".join(relay.chunks),
                                     headers={**headers, "Content-Type": relay.content_type})
             response = web.StreamResponse(status=200, headers={**headers, "Content-Type": relay.content_type,
@@ -195,6 +197,16 @@ class AttemptHandling(ExecutionControl):
                 relay.delivered_whole = True  # it left with everything: not a subscriber that gave up
             elif not finished:
                 self._left(sub.key)
+
+    def _engine_refusal(self, relay: Relay) -> web.Response:
+        """The engine's refusal relayed as the policy says: its status, Retry-After (the proxy's wait
+        estimate) and x-should-retry (beyond the paper; the defaults relay the engine's 503 as it came)."""
+        policy = self.settings.policy
+        wait = None
+        if policy.engine_retry_after:
+            wait = self.core.estimator.wait_s(self.now(), self.core.waiting + self.engine_waiting, relay.prompt_tokens)
+        return _refusal(Refuse(policy.engine_status, retry_after_s=wait, no_retry=policy.engine_no_retry,
+                               source="engine"))
 
     def _attach_refused(self, relay: Relay) -> tuple[str, str] | None:
         """(limit, why) when a retry may not attach to `relay`: too many subscribers, or its output
@@ -240,9 +252,19 @@ def _forward_headers(request: web.Request) -> dict[str, str]:
     return {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
 
 
+_REFUSAL_MESSAGES = {"budget": "retry budget exhausted",
+                     "deadline": "the proxy estimates this attempt would miss its deadline",
+                     "engine": "the engine's queue is full", "breaker": "the circuit breaker is open"}
+
+
 def _refusal(decision: Refuse) -> web.Response:
-    if decision.status == 429:
-        wait = decision.retry_after_s or 0.0
+    """A refusal's answer: its status, Retry-After (whole seconds, at least 1, and in ms) where it has a wait,
+    and `x-should-retry: false` where the policy says so."""
+    headers: dict[str, str] = {}
+    if decision.retry_after_s is not None:
+        wait = decision.retry_after_s
         headers = {"Retry-After": str(max(1, int(wait + 0.999))), "Retry-After-Ms": str(int(wait * 1000))}
-        return error_response(429, "retry budget exhausted", headers=headers)
-    return error_response(decision.status, "the proxy estimates this attempt would miss its deadline")
+    if decision.no_retry:
+        headers["x-should-retry"] = "false"
+    source = decision.source or ("budget" if decision.status == 429 else "deadline")
+    return error_response(decision.status, _REFUSAL_MESSAGES.get(source, "refused"), headers=headers)

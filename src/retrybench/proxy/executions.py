@@ -212,6 +212,7 @@ class ExecutionControl:
             self.engine_event(relay, "first_token")
             self.engine_event(relay, "completed", len(relay.chunks[0]))
             return "completed"
+        relay.engine_refused = relay.status == 503
         self.engine_event(relay, "refused" if relay.status == 503 else "completed")
         return "refused" if relay.status == 503 else "failed"
 

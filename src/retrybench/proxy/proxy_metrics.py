@@ -63,7 +63,7 @@ class ProxyMetrics:
         self.executions = Counter("retrybench_proxy_executions", "Executions by fate", ["fate"], registry=r)
         # Children resolved once: labels() on every attempt would cost more than the rest of the count.
         self._decision = {name: self.decisions.labels(name) for name in ("created", "attached", "served_retained",
-                                                                         "refused_429", "refused_503")}
+                                                                         "refused_429", "refused_503", "refused_529")}
         self._fate = {fate: self.executions.labels(fate) for fate in FATES}
         self.limits = Counter("retrybench_proxy_limit_refusals", "Attempts refused with 503 at one of the proxy's "
                               "bounds (max_executions, max_subscribers, max_replay_bytes)", ["limit"], registry=r)

@@ -52,7 +52,8 @@ from aiohttp import web
 from retrybench.control.proxy import ProxyCore
 from retrybench.control.router import Router
 from retrybench.proxy.aiohttp_internals import close_idle_connections
-from retrybench.proxy.attempts import ROUTES, AttemptHandling
+from retrybench.proxy.attempts import ROUTES, AttemptHandling, _refusal
+from retrybench.proxy.breaker_gate import BreakerGate
 from retrybench.proxy.eventlog import EventLog
 from retrybench.proxy.proxy_metrics import ProxyMetrics
 from retrybench.proxy.proxy_settings import ProxySettings
@@ -103,6 +104,11 @@ class ProxyServer(AttemptHandling):
         self._awaited_at_stop = set()
         self.draining = False
         self.drain_refused = 0
+        # Beyond the paper: a circuit breaker decides before the core (proxy/breaker_gate.py).
+        self.breaker = (BreakerGate(settings.breaker, self.handle_completion, self.now, _refusal)
+                        if settings.breaker is not None else None)
+        if self.breaker is not None:
+            self.breaker.register(self.metrics.registry)
         header: DecisionLogHeader = {"t0_unix": time.time(), "time_scale": settings.time_scale,
                                      "upstream": settings.upstream, "policy": asdict(settings.policy)}
         if several:
@@ -112,7 +118,8 @@ class ProxyServer(AttemptHandling):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        routes = [web.post(path, self.handle_completion) for path in ROUTES]
+        handler = self.handle_completion if self.breaker is None else self.breaker.handle
+        routes = [web.post(path, handler) for path in ROUTES]
         routes += [web.get("/ready", self.handle_ready), web.get("/metrics", self.handle_metrics),
                    web.route("*", "/{tail:.*}", self.handle_unknown)]
         app = new_app(routes, client_max_size=self.settings.max_body_bytes, health=self.handle_health)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from retrybench.conditions.config import ProxyPolicy
+from retrybench.conditions.config import BreakerPolicy, ProxyPolicy
 from retrybench.control.router import ROUTER_POLICIES
 
 __all__ = ["ProxySettings"]
@@ -42,6 +42,8 @@ class ProxySettings:
     # On SIGTERM, how long the proxy waits for the calls in flight before it ends what is left (the
     # proxy's seconds, so scaled by time_scale). A deployment's grace period must be longer.
     drain_timeout_s: float = 30.0
+    # Beyond the paper: a circuit breaker in front of the attempt handling (a policy file's [breaker]).
+    breaker: BreakerPolicy | None = None
 
     def __post_init__(self) -> None:
         if self.drain_timeout_s < 0:

@@ -84,6 +84,7 @@ class Relay:
         self.truncated = False  # the upstream stream broke before its end
         self.error_tail: bytes | None = None  # what ends a broken stream for its subscribers (None: reset them)
         self.refused = False  # a 503 sent as an SSE error event inside HTTP 200
+        self.engine_refused = False  # the engine's own 503 as a whole response, answered as the policy says
         self.pending = 0  # subscribers not yet receiving live bytes
         self.delivered_whole = False  # a client left after the stream's end marker, before its last chunk
         self.replay_bytes = 0

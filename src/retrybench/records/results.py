@@ -84,6 +84,9 @@ class Metrics(TypedDict):
     engine_refused: ReadOnly[int]
     gave_up_retry_after: ReadOnly[int]
     attempts_served_retained: NotRequired[int]  # answered from a retained response (result retention only)
+    attempts_refused_breaker: NotRequired[int]  # answered by a circuit breaker (with one only)
+    drain_to_full_service_s: NotRequired[int | None]  # with a circuit breaker only (analysis/breaker.py)
+    breaker_not_closed_s: NotRequired[int]  # seconds its breaker was open or half-open
 
 
 class RetryTiming(TypedDict):

@@ -22,14 +22,17 @@ __all__ = [
     "QueueSamples",
     "RunLog",
     "RunMeta",
+    "implied_refusal_source",
 ]
 
 # Attempt outcomes, as the client saw them.
-AttemptOutcome = Literal["completed", "timed_out", "refused_429", "refused_503", "error"]
+AttemptOutcome = Literal["completed", "timed_out", "refused_429", "refused_503", "refused_529", "error"]
 COMPLETED: Final = "completed"
 TIMED_OUT: Final = "timed_out"
 REFUSED_429: Final = "refused_429"
 REFUSED_503: Final = "refused_503"
+REFUSED_529: Final = "refused_529"  # beyond the paper: "overloaded" (a refusal configured to answer 529)
+REFUSED_BY_STATUS: Final[dict[int, AttemptOutcome]] = {429: REFUSED_429, 503: REFUSED_503, 529: REFUSED_529}
 ERROR: Final = "error"
 
 # Execution fates (the paper's Section 2 vocabulary, plus what can happen before the engine).
@@ -42,8 +45,18 @@ FATE_DROPPED: Final = "dropped"  # dropped from the proxy's queue, never reached
 FATE_QUEUED: Final = "queued"  # still in the proxy's queue when the run ended
 FATE_UNFINISHED: Final = "unfinished"  # still live with a subscriber when the run ended
 
+def implied_refusal_source(outcome: str, execution_id: int | None) -> str | None:
+    """What refused an attempt as the paper's proxy answers: a 429 the retry budget, a 503 the engine when
+    the attempt had an execution, else the deadline check; None for any other outcome."""
+    if outcome == REFUSED_429:
+        return "budget"
+    if outcome == REFUSED_503:
+        return "engine" if execution_id is not None else "deadline"
+    return None
+
+
 # Why a call was given up.
-FailedReason = Literal["attempts_exhausted", "retry_after_too_long"]
+FailedReason = Literal["attempts_exhausted", "retry_after_too_long", "should_retry_false"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,6 +84,16 @@ class AttemptRecord:
     attached: bool = False  # joined its call's live execution instead of creating one
     refused_live: bool = False  # refused by the budget while its call still had a live execution
     retained: bool = False  # answered from its call's retained response (result retention)
+    # What refused it: "budget", "deadline", "engine" or "breaker"; None where its status says so as in the
+    # paper (a 429 the budget, a 503 the deadline check, or the engine when it had an execution).
+    refused_by: str | None = None
+
+    @property
+    def refusal_source(self) -> str | None:
+        """What refused the attempt (None: it was not refused)."""
+        if self.refused_by is not None:
+            return self.refused_by
+        return implied_refusal_source(self.outcome, self.execution_id)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,6 +124,8 @@ class QueueSamples:
     proxy_waiting: list[int] = field(default_factory=list)
     prompt_tokens_total: list[int] = field(default_factory=list)
     prefix_cache_queries_total: list[int] = field(default_factory=list)
+    # Beyond the paper, with a circuit breaker only: its state, 0 closed, 1 open, 2 half-open.
+    breaker_state: list[int] = field(default_factory=list)
 
 
 # What a run log says of its run, as JSON. Every run: the phase boundaries the metrics read
@@ -128,6 +153,10 @@ class RunLog:
         for attempt in data["attempts"]:
             if not attempt["retained"]:
                 del attempt["retained"]  # a run without result retention reads as before it existed
+            if attempt["refused_by"] in (None, implied_refusal_source(attempt["outcome"], attempt["execution_id"])):
+                del attempt["refused_by"]  # nor does one whose refusals answer as the paper's proxy did
+        if not data["samples"]["breaker_state"]:
+            del data["samples"]["breaker_state"]  # nor does a run without a circuit breaker
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def digest(self) -> str:

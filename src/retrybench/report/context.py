@@ -23,6 +23,7 @@ from retrybench.report import fmt
 from retrybench.report.deadlines import deadlines_section
 from retrybench.report.headlines import HEADLINES
 from retrybench.report.margins import MarginsSection, margins_section
+from retrybench.report.rejection import rejection_section
 from retrybench.report.replicas import deployment_suffix, replicas_section
 from retrybench.report.robustness import robustness
 from retrybench.report.runs import Entry, RunSet, spec_of
@@ -125,6 +126,7 @@ def build_context(results: Iterable[Result], meta: Mapping[str, object], runs: i
         "replicas": replicas_section(rs),
         "stacks": stacks_section(rs),
         "deadlines": deadlines_section(rs),
+        "rejection": rejection_section(rs),
         "setup": _setup(rs),
         "failed": [{"spec": _describe(e), "block": e.block, "error": e.result["error"]}
                    for e in [*rs.entries, *rs.beyond] if is_failed(e.result)],

@@ -16,6 +16,7 @@ from retrybench.report.figures import draw_figures
 from retrybench.report.figures_boundaries import boundary_figures
 from retrybench.report.figures_stacks import stack_figures
 from retrybench.report.figures_deadlines import deadline_figures
+from retrybench.report.figures_rejection import rejection_figures
 from retrybench.report.sections import ReportContext
 
 __all__ = ["render_html", "write_report"]
@@ -33,7 +34,8 @@ def _environment() -> jinja2.Environment:
 def render_html(context: ReportContext) -> str:
     """The report page: the context's data with its figures drawn."""
     figures = (draw_figures(context["figures"]) | boundary_figures(context.get("boundaries"))
-               | deadline_figures(context.get("deadlines")) | stack_figures(context.get("stacks")))
+               | deadline_figures(context.get("deadlines")) | stack_figures(context.get("stacks"))
+               | rejection_figures(context.get("rejection")))
     template = _environment().get_template("report.html.j2")
     return template.render(**context, svg=figures, runs_dir=RUNS_DIR)
 

@@ -309,6 +309,33 @@ class ReplicasSection(TypedDict):
     proxy_tiers: int
 
 
+class RejectionRow(TypedDict):
+    group: str  # "retry budget", "engine cap" or "circuit breaker"
+    condition: str
+    answer: str  # the refusal's status and headers, in words
+    client: str
+    runs: int
+    refused: str  # attempts refused per 1,000 calls (mean over runs)
+    retries: str  # retries sent per 1,000 calls
+    failed_pct: str  # calls given up
+    timely_pct: str  # the primary cohort's timely share
+    recovered: str
+    drain_to_full_service_s: str  # breaker rows only
+
+
+class RejectionBar(TypedDict):
+    condition: str
+    client: str
+    retries_per_1000: float
+
+
+class RejectionSection(TypedDict):
+    rows: list[RejectionRow]
+    bars: list[RejectionBar]
+    answer: str
+    runs: int
+
+
 class SetupChat(TypedDict):
     model: str
     gpu: str
@@ -358,3 +385,4 @@ class ReportContext(TypedDict):
     boundaries: NotRequired[BoundariesSection]
     stacks: NotRequired[StacksSection | None]  # the stacked-retries block (report/stacks.py)
     deadlines: NotRequired[DeadlinesSection | None]  # the deadlines block (None: not run)
+    rejection: NotRequired[RejectionSection | None]  # beyond the paper: report/rejection.py

@@ -55,12 +55,15 @@ def simulate_spec(spec: RunSpec, chat: float, trace: TraceEvents | None = None) 
     if stack is not None and spec.deployed:
         raise ConfigError("a stacked client profile runs on one engine behind one proxy, not on a deployment")
     if spec.deployed:
+        if condition.breaker is not None:
+            raise ConfigError(f"{spec.condition}: a [breaker] runs in front of one proxy, not a deployment")
         cap_given = spec.engine_cap if spec.engine_cap is not None else condition.engine_cap
         return simulate_deployment(replica_profiles(spec, cap_given), calls, client=condition.client,
                                    proxy=condition.proxy, seed=spec.seed, meta=meta, deployment=deployment_of(spec),
                                    prefix_tokens=workload.shared_prefix_tokens, trace=trace)
     return simulate(profile, calls, client=condition.client, proxy=condition.proxy, seed=spec.seed,
-                    meta=meta, prefix_tokens=workload.shared_prefix_tokens, trace=trace, stack=stack)
+                    meta=meta, prefix_tokens=workload.shared_prefix_tokens, trace=trace, stack=stack,
+                    breaker=condition.breaker)
 
 
 def series(log: RunLog) -> Series:

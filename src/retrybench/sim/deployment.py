@@ -210,7 +210,9 @@ class _DeploymentSim(_Sim):
         decision = self.proxies[core].on_attempt(attempt, now, engine_waiting=waiting)
         if isinstance(decision, Refuse):
             record.refused_live = decision.live
-            refused: AttemptOutcome = runlog.REFUSED_429 if decision.status == 429 else runlog.REFUSED_503
+            record.refused_by = decision.source
+            record.no_retry = decision.no_retry
+            refused: AttemptOutcome = runlog.REFUSED_BY_STATUS[decision.status]
             self._end_attempt(record, refused, now, decision.retry_after_s)
             return
         if isinstance(decision, Create):

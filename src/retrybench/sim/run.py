@@ -15,7 +15,8 @@ from heapq import heappop
 import numpy as np
 
 from retrybench.conditions.client_stack import StackLayer
-from retrybench.conditions.config import ClientPolicy, ProxyPolicy
+from retrybench.conditions.config import BreakerPolicy, ClientPolicy, ProxyPolicy
+from retrybench.control.breaker import STATE_CODES, BreakerCore
 from retrybench.control.proxy import (
     Action,
     Attach,
@@ -80,6 +81,8 @@ class _Attempt:
     attached: bool = False
     refused_live: bool = False
     retained: bool = False
+    refused_by: str | None = None
+    no_retry: bool = False
 
 
 @dataclass(slots=True)
@@ -93,8 +96,10 @@ class _Call:
 class _Sim:
     def __init__(self, profile: EngineProfile, calls: Sequence[Call], client: ClientPolicy,
                  proxy: ProxyPolicy, seed: int, prefix_tokens: int,
-                 trace: list[TraceEvent] | None, stack: Sequence[StackLayer] | None = None) -> None:
+                 trace: list[TraceEvent] | None, stack: Sequence[StackLayer] | None = None,
+                 breaker: BreakerPolicy | None = None) -> None:
         self.loop = EventLoop()
+        self.breaker = BreakerCore(breaker) if breaker is not None else None
         self.engine = EngineCore(profile, prefix_tokens=prefix_tokens, trace=trace)
         # A stacked client (a [[layer]] profile) is seeded as the one-policy client, so one layer is the same.
         self.stack = StackedClient(stack, np.random.default_rng([seed, 10])) if stack else None
@@ -202,6 +207,8 @@ class _Sim:
             samples.proxy_waiting.append(self.proxy.waiting)
             samples.prompt_tokens_total.append(counters.prompt_tokens_total)
             samples.prefix_cache_queries_total.append(counters.prefix_cache_queries_total)
+            if self.breaker is not None:
+                samples.breaker_state.append(STATE_CODES[self.breaker.state(float(self.next_sample))])
             self.next_sample += 1
 
     # -- client side -------------------------------------------------------------------------
@@ -222,11 +229,16 @@ class _Sim:
         call = self.calls[record.call_index].call
         attempt = AttemptIn(call.index, record.attempt_no, call.call_id, call.prompt_tokens,
                             call.response_tokens, record.deadline_s if self.sends_deadline else None)
-        decision = self.proxy.on_attempt(attempt, now, engine_waiting=self.engine.num_waiting)
+        decision: Refuse | Create | Attach | Serve | None = None
+        if self.breaker is not None:
+            decision = self.breaker.on_attempt((call.index, record.attempt_no), now)
+        if decision is None:
+            decision = self.proxy.on_attempt(attempt, now, engine_waiting=self.engine.num_waiting)
         if isinstance(decision, Refuse):
             record.refused_live = decision.live
-            refused: AttemptOutcome = runlog.REFUSED_429 if decision.status == 429 else runlog.REFUSED_503
-            self._end_attempt(record, refused, now, decision.retry_after_s)
+            record.refused_by = decision.source
+            record.no_retry = decision.no_retry
+            self._end_attempt(record, runlog.REFUSED_BY_STATUS[decision.status], now, decision.retry_after_s)
             return
         record.execution_id = decision.execution_id
         if isinstance(decision, Serve):  # the response was kept: it arrives at once
@@ -261,7 +273,10 @@ class _Sim:
         record.outcome = outcome
         record.ended_s = now
         record.retry_after_s = retry_after_s
-        action = self.client.on_outcome(record.call_index, record.attempt_no, outcome, now, retry_after_s)
+        if self.breaker is not None and record.refused_by != "breaker":
+            self.breaker.on_result((record.call_index, record.attempt_no), outcome, now)
+        action = self.client.on_outcome(record.call_index, record.attempt_no, outcome, now, retry_after_s,
+                                        record.no_retry)
         self._client_action(action, now)
 
     # -- proxy decisions ---------------------------------------------------------------------
@@ -291,8 +306,9 @@ class _Sim:
                 self.delivered_to_subscriber.add(record.execution_id)
             self._end_attempt(record, runlog.COMPLETED, now)
         elif action.kind == "refused":
-            refused: AttemptOutcome = runlog.REFUSED_429 if action.status == 429 else runlog.REFUSED_503
-            self._end_attempt(record, refused, now, action.retry_after_s)
+            record.refused_by = "engine"
+            record.no_retry = action.no_retry
+            self._end_attempt(record, runlog.REFUSED_BY_STATUS[action.status], now, action.retry_after_s)
 
     def _first_token(self, record: _Attempt, now: float) -> None:
         """A stacked client's first-byte timeouts stop once the first token arrived: the attempt's new deadline."""
@@ -316,7 +332,8 @@ class _Sim:
                                       max_tokens=call.response_tokens, prompt_key=call_index, now=now)
         if not accepted:
             self.refused[execution_id] = now
-            self._apply(self.proxy.on_engine_event(execution_id, "refused", now), now)
+            self._apply(self.proxy.on_engine_event(execution_id, "refused", now,
+                                                   engine_waiting=self.engine.num_waiting), now)
 
     # -- the log -----------------------------------------------------------------------------
 
@@ -334,7 +351,8 @@ class _Sim:
                           ended_s=r.ended_s if r.ended_s is not None else end_s,
                           outcome=r.outcome or runlog.ERROR, execution_id=r.execution_id,
                           first_token_s=r.first_token_s, retry_after_s=r.retry_after_s,
-                          attached=r.attached, refused_live=r.refused_live, retained=r.retained)
+                          attached=r.attached, refused_live=r.refused_live, retained=r.retained,
+                          refused_by=r.refused_by)
             for r in self.attempts.values() if r.execution_id is not None or r.outcome is not None
         ]
         self.engine.snapshot()
@@ -392,13 +410,13 @@ class _Sim:
 def simulate(profile: EngineProfile, calls: Sequence[Call], *, client: ClientPolicy, proxy: ProxyPolicy,
              seed: int, meta: RunMeta, prefix_tokens: int = 2000,
              trace: list[TraceEvent] | None = None, stop_s: float | None = None,
-             stack: Sequence[StackLayer] | None = None) -> RunLog:
-    """One run: every call in `calls` played through the client, proxy and engine.
+             stack: Sequence[StackLayer] | None = None, breaker: BreakerPolicy | None = None) -> RunLog:
+    """One run: every call in `calls` played through the client, (a circuit breaker,) proxy and engine.
 
     It ends when no call is outstanding, or at `stop_s` (calibration stops after its stages). With `stack`
     (a [[layer]] client profile's layers) the client is a stacked one and `client` is not read.
     """
     with cyclic_gc_paused():  # a run allocates much and frees little
-        sim = _Sim(profile, calls, client, proxy, seed, prefix_tokens, trace, stack)
+        sim = _Sim(profile, calls, client, proxy, seed, prefix_tokens, trace, stack, breaker)
         end_s = sim.run(stop_s)
         return sim.log(end_s, meta)

@@ -15,13 +15,22 @@ from typing import Final
 import numpy as np
 
 from retrybench.conditions.config import ClientPolicy
-from retrybench.records.runlog import COMPLETED, ERROR, REFUSED_429, REFUSED_503, TIMED_OUT, FailedReason
+from retrybench.records.runlog import (
+    COMPLETED,
+    ERROR,
+    REFUSED_429,
+    REFUSED_503,
+    REFUSED_529,
+    TIMED_OUT,
+    FailedReason,
+)
 
 __all__ = ["CallDelivered", "CallFailed", "ClientAction", "RetryingClient", "SendAttempt"]
 
-_OUTCOMES = frozenset({COMPLETED, TIMED_OUT, REFUSED_429, REFUSED_503, ERROR})
+_OUTCOMES = frozenset({COMPLETED, TIMED_OUT, REFUSED_429, REFUSED_503, REFUSED_529, ERROR})
 ATTEMPTS_EXHAUSTED: Final = "attempts_exhausted"
 RETRY_AFTER_TOO_LONG: Final = "retry_after_too_long"
+SHOULD_RETRY_FALSE: Final = "should_retry_false"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +153,10 @@ class RetryingClient:
         outcome: str,
         now: float,
         retry_after_s: float | None = None,
+        no_retry: bool = False,
     ) -> ClientAction:
-        """The call's next action after its outstanding attempt ended with `outcome` at `now`."""
+        """The call's next action after its outstanding attempt ended with `outcome` at `now`;
+        `no_retry` says the response carried `x-should-retry: false`."""
         call = self._calls.get(call_index)
         if call is None:
             raise ValueError(f"call {call_index} was never started")
@@ -169,6 +180,8 @@ class RetryingClient:
         # outcome the policy does not retry leaves no attempt either (the run log has no other reason).
         if attempt_no + 1 >= self._max_attempts or outcome not in self._retry_on:
             return self._end(call, CallFailed(call_index, now, ATTEMPTS_EXHAUSTED))
+        if no_retry and self._policy.honour_should_retry:  # the SDKs obey the header whatever the status
+            return self._end(call, CallFailed(call_index, now, SHOULD_RETRY_FALSE))
         wait = self._wait(outcome, attempt_no, retry_after_s)
         if wait is None:
             return self._end(call, CallFailed(call_index, now, RETRY_AFTER_TOO_LONG))
