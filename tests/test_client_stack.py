@@ -249,3 +249,23 @@ def test_each_shipped_stack_says_how_many_requests_one_call_may_make(name: str) 
     assert profile.source and len(profile.layers) >= 2
     most = math.prod(layer.policy.max_attempts for layer in profile.layers)
     assert re.search(rf"up to [^:]*= {most} requests for one call", profile.description), profile.description
+
+
+def test_should_retry_false_stops_only_the_layers_that_obey_it() -> None:
+    """`x-should-retry: false` reaches every layer with the outcome: an SDK that obeys it gives up at once, and
+    an application wrapper that reads only the exception's type retries the SDK call (4 wire attempts: one per
+    application attempt); with every layer obeying it the call ends after one."""
+    def end_with_no_retry(client: StackedClient) -> tuple[int, ClientAction]:
+        action: ClientAction = client.start_call(0, 0.0)
+        sent = 0
+        while isinstance(action, SendAttempt):
+            sent += 1
+            action = client.on_outcome(0, action.attempt_no, REFUSED_503, action.send_s, None, True)
+        return sent, action
+
+    mixed = stacked(layer("app", 3, honour_should_retry=False), layer("sdk", 2, honour_should_retry=True))
+    sent, end = end_with_no_retry(mixed)
+    assert sent == 4 and isinstance(end, CallFailed)
+    obeying = stacked(layer("app", 3, honour_should_retry=True), layer("sdk", 2, honour_should_retry=True))
+    sent, end = end_with_no_retry(obeying)
+    assert sent == 1 and isinstance(end, CallFailed)

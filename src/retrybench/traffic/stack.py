@@ -89,8 +89,10 @@ class StackedClient:
         return self._deadline(call)
 
     def on_outcome(self, call_index: int, attempt_no: int, outcome: str, now: float,
-                   retry_after_s: float | None = None) -> ClientAction:
-        """The call's next action after its outstanding wire attempt ended with `outcome` at `now`."""
+                   retry_after_s: float | None = None, no_retry: bool = False) -> ClientAction:
+        """The call's next action after its outstanding wire attempt ended with `outcome` at `now`;
+        `no_retry` (the response's `x-should-retry: false`) reaches each layer with the outcome, and each
+        obeys it or not as its policy says."""
         call = self._outstanding_call(call_index, attempt_no)
         if outcome == COMPLETED:
             for k in reversed(range(len(self._layers))):  # each layer's attempt completed: every layer delivers
@@ -99,7 +101,7 @@ class StackedClient:
         layer = len(self._layers) - 1
         if outcome == TIMED_OUT:
             layer = self._timed_out_layer(call, now)
-        return self._decide(call_index, call, layer, outcome, now, retry_after_s)
+        return self._decide(call_index, call, layer, outcome, now, retry_after_s, no_retry)
 
     def attempts_made(self, call_index: int) -> int:
         """Wire attempts sent (or scheduled) for the call so far, the first one included."""
@@ -116,11 +118,11 @@ class StackedClient:
     # -- inside ------------------------------------------------------------------------------
 
     def _decide(self, call_index: int, call: _StackCall, layer: int, outcome: str, now: float,
-                retry_after_s: float | None) -> ClientAction:
+                retry_after_s: float | None, no_retry: bool = False) -> ClientAction:
         """Layer `layer` takes the outcome; a layer that gives up hands it to the one outside it."""
         while True:
             action = self._clients[layer].on_outcome(call.keys[layer], call.attempt_no[layer], outcome, now,
-                                                     retry_after_s)
+                                                     retry_after_s, no_retry)
             if isinstance(action, CallFailed):
                 if layer == 0:
                     return self._end(call, CallFailed(call_index, action.at_s, action.reason))
@@ -130,6 +132,7 @@ class StackedClient:
             outer = self._expired_before(call, layer, action.send_s)
             if outer is not None:  # an outer layer's timeout comes before this layer's next attempt
                 layer, outcome, now, retry_after_s = outer, TIMED_OUT, self._layer_deadline(call, outer), None
+                no_retry = False
                 continue
             call.attempt_no[layer] = action.attempt_no
             call.begun_s[layer] = action.send_s
