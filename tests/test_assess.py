@@ -79,6 +79,23 @@ def test_with_burst_sets_the_paper_pulse_or_every_recorded_burst() -> None:
     assert moved.pulses == ((10.0, 5.0, 1.5), (60.0, 5.0, 1.5)) and moved.pulse_x == 2.7
 
 
+def test_also_adds_the_controls_of_the_blocks_beyond_the_paper() -> None:
+    """--also deadlines / rejection: their controls join Table 1's; a policy already there (retry-budget,
+    engine-cap-338) is not run twice; a stacked client profile needs no option."""
+    plain = controls()
+    more = controls(None, ("deadlines", "rejection"))
+    added = set(more) - set(plain)
+    assert {"deadline-propagation", "deadline-admission", "deadline-deferred", "breaker-busy-faults",
+            "breaker-errors-only", "reject-cap-529"} <= added
+    assert not added & {"retry-budget", "engine-cap-338"}
+    assert "deadline-admission" in pick_controls(AssessSetup(model="tiny-llama", also=("deadlines",)), [])
+    with pytest.raises(ValueError, match="known: deadlines, rejection"):
+        AssessSetup(model="tiny-llama", also=("stacks",))
+    stacked = AssessSetup(model="tiny-llama", client="sdk-in-tenacity-behind-gateway")
+    assert "coalescing" in pick_controls(stacked, [])
+    assert {s.client for s in assess_specs(stacked, ["coalescing"])} == {"sdk-in-tenacity-behind-gateway"}
+
+
 def test_controls_are_picked_by_any_of_their_names() -> None:
     setup = AssessSetup(model="tiny-llama")
     assert list(pick_controls(setup, ["retries-on-cancel-off", "coalescing"])) == ["no-control", "coalescing"]

@@ -64,8 +64,8 @@ class AssessOutcome:
 
 def pick_controls(setup: AssessSetup, names: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """The controls to assess (all where `names` is empty), each under the name it is run as; AssessError
-    names one that is neither a control of Table 1 nor of the retention block."""
-    known = controls(setup.client)
+    names one that is neither a control of Table 1 nor of the retention block (nor of a block in `also`)."""
+    known = controls(setup.client, setup.also)
     if not names:
         return known
     alias_of = {alias: name for name, aliases in known.items() for alias in aliases}

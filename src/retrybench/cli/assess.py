@@ -47,6 +47,11 @@ __all__ = ["assess"]
              "recovered on all of them.")
 @condition_option("conditions", several=True, listed=False, default=(),
                   help="Only these controls (Table 1's conditions and the retention policies; default: all of them).")
+@click.option("--also", "also", multiple=True, type=click.Choice(["deadlines", "rejection"]),
+              help="Assess the controls of a block beyond the paper too: 'deadlines' (the proxy acting on each call's "
+                   "deadline, docs/deadlines.md), 'rejection' (refusal answers and circuit breakers, "
+                   "docs/rejection.md); repeatable. A stacked client (--client with a [[layer]] profile, "
+                   "docs/stacks.md) needs no option.")
 @out_option("Where assess.json and index.html go.", default=Path("assess-report"), show_default=True)
 @jobs_option("Parallel processes (default: cores).")
 @click.option("--no-boundaries", is_flag=True,
@@ -55,7 +60,7 @@ __all__ = ["assess"]
 @json_option("Print assess.json's document instead of the table and verdict; the page is written all the same.")
 def assess(model: str, gpu: str, pulse_x: float, workload: Path | None, workload_format: str | None,
            rate_x: float | None, pulses: tuple[Pulse, ...], client: str | None, token_scale: float,
-           seeds: tuple[int, ...], conditions: tuple[str, ...], out: Path, jobs: int | None, no_boundaries: bool,
+           seeds: tuple[int, ...], conditions: tuple[str, ...], also: tuple[str, ...], out: Path, jobs: int | None, no_boundaries: bool,
            as_json: bool) -> None:
     """Which control keeps this deployment up: C-hat, then every control of Table 1 and the retention
     policies at your burst (--workload with --pulse, or --pulse-x on the paper's trace), and the largest
@@ -77,7 +82,7 @@ def assess(model: str, gpu: str, pulse_x: float, workload: Path | None, workload
     if recorded and click.get_current_context().get_parameter_source("pulse_x") is not ParameterSource.DEFAULT:
         raise click.UsageError("--pulse-x is the paper's pulse: over --workload, give --pulse AT:DURATION:X")
     setup = AssessSetup(model=model, gpu=gpu, token_scale=token_scale, client=client, recorded=recorded, seeds=seeds,
-                        pulse_x=pulse_x)
+                        pulse_x=pulse_x, also=tuple(dict.fromkeys(also)))
     request = AssessRequest(setup=setup, conditions=conditions, boundaries=not no_boundaries,
                             command=" ".join(["retrybench", *sys.argv[1:]]))
     try:

@@ -136,7 +136,7 @@ BLOCKS: dict[str, Block] = {
     # Beyond the paper: refusal semantics (status, Retry-After, x-should-retry) per client profile, and a
     # circuit breaker in front of the proxy (docs/rejection.md).
     "rejection": Block(name="rejection", conditions=REJECTION, models=(PRIMARY_MODEL,), section="6.1, 6.2",
-                       paper=False, clients=REJECTION_CLIENTS, opt_in=True),
+                       paper=False, clients=REJECTION_CLIENTS),
     # Beyond the paper: N engine replicas behind a router and the proxy as several instances.
     "replicas": Block(name="replicas", conditions=REPLICA_CONDITIONS, models=(PRIMARY_MODEL,), section="6.1, 6.3",
                       paper=False, deployments=REPLICA_DEPLOYMENTS, opt_in=True),
