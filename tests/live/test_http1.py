@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from retrybench.proxy.http1 import ChunkedScanner, FramingError, frame_chunk, parse_response_head
+from retrybench.proxy.http1 import MAX_WHOLE, SIZE_LINES, ChunkedScanner, FramingError, frame_chunk, parse_response_head
 
 
 def chunked(payloads: list[bytes], trailer: bytes = b"") -> bytes:
@@ -29,6 +29,7 @@ def test_any_split_finds_the_end_and_the_payload(payloads: list[bytes], cuts: li
             if scanner.done:
                 break
             used += scanner.feed(data[start:end], payload if collect else None)
+            assert scanner.between is scanner.at_boundary()  # what the proxy's per-chunk path reads
         assert scanner.done
         assert used == len(body)
         assert b"".join(payload) == (b"".join(payloads) if collect else b"")
@@ -65,6 +66,28 @@ def test_reads_of_one_whole_chunk_each_take_the_short_path_and_still_find_the_en
     for read in reads[:-1]:
         assert scanner.feed(read) == len(read) and not scanner.done, read
     assert scanner.feed(reads[-1] + b"HTTP/1.1") == len(reads[-1]) and scanner.done
+
+
+@pytest.mark.parametrize("lengths", [range(0, 5000), range(MAX_WHOLE - 100, MAX_WHOLE + 1)])
+def test_the_size_line_of_each_read_length_is_that_of_the_one_whole_chunk_of_that_length(lengths: range) -> None:
+    """SIZE_LINES[n] is the size line of the one whole chunk whose framing is n bytes long, None where no
+    chunk frames to n bytes; each answer agrees with the scanner, for which such a read is one chunk."""
+    whole = {len(frame_chunk(b"x" * size)): size for size in range(1, MAX_WHOLE)}
+    for length in lengths:
+        size = whole.get(length)
+        line = SIZE_LINES[length]
+        assert line == (None if size is None else b"%x\r\n" % size), length
+        if line is not None:
+            read = line + b"\n" * (length - len(line) - 2) + b"\r\n"
+            scanner = ChunkedScanner()
+            assert scanner.feed(read) == length and scanner.between and not scanner.done
+
+
+def test_reads_longer_than_the_size_line_table_take_the_scan_and_are_not_kept() -> None:
+    read = frame_chunk(b"x" * MAX_WHOLE)
+    assert SIZE_LINES[len(read)] is None and len(read) not in SIZE_LINES
+    scanner = ChunkedScanner()
+    assert scanner.feed(read) == len(read) and scanner.between
 
 
 def test_a_read_holding_more_or_less_than_one_chunk_is_followed_exactly() -> None:

@@ -113,3 +113,15 @@ def test_the_relay_goes_direct_only_while_one_client_alone_wants_the_bytes() -> 
     kept.live.append(sub)
     kept.rewire()
     assert other.direct is None, "bytes kept for a late retry must go through the relay"
+
+
+def test_a_read_that_looks_like_a_whole_chunk_inside_a_chunk_is_scanned() -> None:
+    """The per-chunk path skips the scan for a read of exactly one whole chunk only between chunks: here
+    the end of a chunk's data reads as a chunk of its own, and the last chunk after it still ends the body."""
+    connection, sink = streaming_connection()
+    framed = frame_chunk(b"ab" + b"3\r\nabc")
+    assert framed[5:] == frame_chunk(b"abc")
+    for read in (framed[:5], framed[5:], b"0\r\n\r\n"):
+        connection.data_received(read)
+    assert sink.ended == [None]
+    assert b"".join(sink.body).endswith(framed + b"0\r\n\r\n")

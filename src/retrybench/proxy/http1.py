@@ -7,10 +7,36 @@ to know where the response head ends, how the body is delimited, and where a chu
 
 from __future__ import annotations
 
-__all__ = ["ChunkedScanner", "FramingError", "ResponseHead", "frame_chunk", "parse_response_head"]
+__all__ = ["SIZE_LINES", "ChunkedScanner", "FramingError", "ResponseHead", "frame_chunk", "parse_response_head"]
 
 _SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
 MAX_LINE = 8192  # a chunk-size or trailer line longer than this is not HTTP we relay
+
+
+MAX_WHOLE = 1 << 16  # the longest read that `SIZE_LINES` answers for (longer ones take the general scan)
+CR, LF = 13, 10
+
+
+class _SizeLines(dict[int, bytes | None]):
+    """A read's length -> the size line that a read of exactly one whole (non-last) chunk of that length
+    starts with, as the upstream writes it (lower-case hex, no extension): `b"8d\r\n"` for 148 bytes; None
+    where no such read has that length. A read of length n is one whole chunk if it starts with
+    SIZE_LINES[n] and ends with CRLF: one dict lookup and two comparisons, where parsing the size takes a
+    search, two slices and an int(). Filled as lengths are seen (a stream's reads take few lengths)."""
+
+    def __missing__(self, length: int) -> bytes | None:
+        if length > MAX_WHOLE:
+            return None  # not kept: the table stays small whatever the upstream sends
+        line = None
+        for digits in range(1, 5):  # a chunk of size s takes len("%x" % s) + 2 + s + 2 bytes
+            size = length - digits - 4
+            if size > 0 and len(b"%x" % size) == digits:
+                line = b"%x\r\n" % size
+        self[length] = line
+        return line
+
+
+SIZE_LINES = _SizeLines()
 
 
 class FramingError(ValueError):
@@ -67,37 +93,31 @@ def frame_chunk(payload: bytes) -> bytes:
 class ChunkedScanner:
     """Where a chunked body ends, fed the body's bytes in any pieces; optionally its payload.
 
-    `feed` runs once per streamed chunk, so its common case (a read holding whole chunks) is
-    tested first and takes the fewest steps. A read that breaks the framing leaves the scanner as it
-    was before that read, so `closing_bytes` still describes the bytes fed (and forwarded) before it."""
+    A read of exactly one whole chunk between chunks (most reads of a stream) leaves it as it was: the
+    proxy's per-chunk path tells such reads by `between` and `SIZE_LINES` and does not feed them. A read
+    that breaks the framing leaves the scanner as it was before that read, so `closing_bytes` still
+    describes the bytes fed (and forwarded) before it."""
 
-    __slots__ = ("_line", "_need", "_state", "done")
+    __slots__ = ("_line", "_need", "_state", "between", "done")
 
     def __init__(self) -> None:
         self._state = _SIZE
         self._need = 0
         self._line = b""
+        self.between = True  # the body fed so far ends between two chunks (as `at_boundary`)
         self.done = False  # the last chunk and the trailer are in
 
     def feed(self, data: bytes, payload: list[bytes] | None = None) -> int:
         """Consume `data`; return how many of its bytes belong to the body (the rest, if any,
         follows the body's end). Payload pieces are appended to `payload` when it is given."""
-        end = len(data)
-        if self._state == _SIZE and payload is None and not self._line:  # one whole chunk: most reads
-            newline = data.find(b"\n")
-            if 0 < newline < MAX_LINE and data[end - 2:] == b"\r\n":
-                try:
-                    size = int(data[:newline], 16)  # int() ignores the CR; an extension fails it
-                except ValueError:
-                    size = 0
-                if size > 0 and newline + size + 3 == end:
-                    return end
         before = (self._state, self._need, self._line)
         try:
-            return self._scan(data, payload)
+            used = self._scan(data, payload)
         except FramingError:
             self._state, self._need, self._line = before
             raise
+        self.between = self._state == _SIZE and not self._line
+        return used
 
     def _scan(self, data: bytes, payload: list[bytes] | None) -> int:
         """`feed`'s general case: the bytes state by state."""

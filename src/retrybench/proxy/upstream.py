@@ -3,7 +3,7 @@
 A streamed chunk costs one read and one callback: the bytes go to the relay's `on_body` as they
 arrive, still chunk-framed, so the proxy can forward them to its clients unchanged. While a single
 client alone wants a stream's bytes, the relay hands its transport to the connection (`direct`), and
-a chunk costs one read, one framing scan and one write, without the relay's callback. Closing an
+a chunk costs one read, one framing check and one write, without the relay's callback. Closing an
 exchange's connection is how a cancellation reaches the engine (vLLM aborts on a closed stream).
 
 Two timeouts end an exchange with an error its sink can tell from the others (`TimedOut`): the
@@ -22,7 +22,7 @@ import time
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
-from retrybench.proxy.http1 import ChunkedScanner, FramingError, ResponseHead, parse_response_head
+from retrybench.proxy.http1 import CR, LF, SIZE_LINES, ChunkedScanner, FramingError, ResponseHead, parse_response_head
 
 __all__ = ["MAX_CLIENT_BUFFER", "Cut", "Sink", "TimedOut", "UpstreamPool"]
 
@@ -96,8 +96,12 @@ class _Connection(asyncio.Protocol):
         try:
             scanner = self._scanner
             if scanner is not None and not self._want_payload:  # a streamed body's chunks: most reads
-                used = scanner.feed(data)
-                body = data if used == len(data) else data[:used]
+                end = len(data)
+                line = SIZE_LINES[end]  # one whole chunk (the scanner's state unchanged), or else fed
+                if (line is None or not scanner.between or not data.startswith(line) or data[end - 1] != LF
+                        or data[end - 2] != CR):
+                    end = scanner.feed(data)
+                body = data if end == len(data) else data[:end]
                 self.last_body = body
                 self.reads += 1
                 client = self.direct
