@@ -14,7 +14,8 @@ from retrybench.plan.blocks import BLOCKS, TABLE1
 from retrybench.plan.recorded import WorkloadFields
 from retrybench.plan.spec import PAPER_PULSE_X, RunSpec
 
-__all__ = ["BEYOND_CONTROLS", "PAPER_GRID", "AssessSetup", "Grid", "assess_specs", "burst_grids", "burst_of", "controls", "with_burst"]
+__all__ = ["BEYOND_CONTROLS", "PAPER_GRID", "AssessSetup", "Grid", "assess_specs", "burst_grids", "burst_of",
+           "controls", "with_burst"]
 
 BASELINE = "no-control"
 Grid = tuple[Decimal, Decimal, Decimal]  # low, high, step (x C-hat)
@@ -48,7 +49,8 @@ class AssessSetup:
     def __post_init__(self) -> None:
         unknown = [name for name in self.also if name not in BEYOND_CONTROLS]
         if unknown:
-            raise ValueError(f"unknown block(s) {', '.join(unknown)} to assess too; known: {', '.join(BEYOND_CONTROLS)}")
+            raise ValueError(f"unknown block(s) {', '.join(unknown)} to assess too; "
+                             f"known: {', '.join(BEYOND_CONTROLS)}")
 
     def spec(self, condition: str, seed: int) -> RunSpec:
         """The run of `condition` on this setup at its own burst."""

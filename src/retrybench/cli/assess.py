@@ -60,8 +60,8 @@ __all__ = ["assess"]
 @json_option("Print assess.json's document instead of the table and verdict; the page is written all the same.")
 def assess(model: str, gpu: str, pulse_x: float, workload: Path | None, workload_format: str | None,
            rate_x: float | None, pulses: tuple[Pulse, ...], client: str | None, token_scale: float,
-           seeds: tuple[int, ...], conditions: tuple[str, ...], also: tuple[str, ...], out: Path, jobs: int | None, no_boundaries: bool,
-           as_json: bool) -> None:
+           seeds: tuple[int, ...], conditions: tuple[str, ...], also: tuple[str, ...], out: Path, jobs: int | None,
+           no_boundaries: bool, as_json: bool) -> None:
     """Which control keeps this deployment up: C-hat, then every control of Table 1 and the retention
     policies at your burst (--workload with --pulse, or --pulse-x on the paper's trace), and the largest
     burst each survives; writes OUT/index.html and OUT/assess.json. Resumable: runs are cached by spec and

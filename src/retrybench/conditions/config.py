@@ -230,8 +230,8 @@ class ProxyPolicy:
     (its client's Request-Timeout-Ms, else x-stainless-timeout, else default_deadline_s after arrival,
     else none), drops a queued execution and cancels a running one once every subscriber's deadline has
     passed (whatever `cancellation` says; "deferred" counts its deferral from that deadline), and forwards
-    the time left upstream. deadline_admission also refuses (with the deadline check's answer, `deadline_status`) an attempt the proxy estimates cannot
-    receive its last token before its deadline.
+    the time left upstream. deadline_admission also refuses (with the deadline check's answer,
+    `deadline_status`) an attempt the proxy estimates cannot receive its last token before its deadline.
     Beyond the paper, each refusal's answer (source = budget, deadline or engine):
     `<source>_status` (429, 503 or 529), `<source>_retry_after` (send Retry-After, the proxy's wait
     estimate) and `<source>_no_retry` (send `x-should-retry: false`). The defaults are the paper's

@@ -14,9 +14,9 @@ from retrybench.records.results import Result
 from retrybench.report.context import run_file_name
 from retrybench.report.figures import draw_figures
 from retrybench.report.figures_boundaries import boundary_figures
-from retrybench.report.figures_stacks import stack_figures
 from retrybench.report.figures_deadlines import deadline_figures
 from retrybench.report.figures_rejection import rejection_figures
+from retrybench.report.figures_stacks import stack_figures
 from retrybench.report.sections import ReportContext
 
 __all__ = ["render_html", "write_report"]
