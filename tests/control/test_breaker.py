@@ -105,3 +105,28 @@ def test_result_of_names_every_outcome_and_refuses_others() -> None:
     assert [result_of(o) for o in (COMPLETED, REFUSED_529, TIMED_OUT)] == ["success", "busy", "fault"]
     with pytest.raises(ValueError, match="unknown attempt outcome"):
         result_of("lost")
+
+
+def test_a_malformed_request_counts_for_nothing_and_frees_its_probe_place() -> None:
+    """A 4xx of the client's own making (not 408, not 429) says nothing of the engine: closed, it is no fault;
+    half-open, its probe's place goes to the next attempt and the state stays half-open."""
+    core = breaker()
+    for i in range(5):
+        assert core.on_attempt((i, 0), float(i)) is None
+        core.on_not_judged((i, 0), float(i))
+    assert core.state(5.0) == CLOSED
+    faults(core, [10.0, 11.0, 12.0])
+    assert core.on_attempt((20, 0), 42.0) is None  # the one probe
+    assert core.on_attempt((21, 0), 42.0) is not None
+    core.on_not_judged((20, 0), 43.0)
+    assert core.state(43.0) == HALF_OPEN
+    assert core.on_attempt((22, 0), 43.0) is None  # its place went to another probe
+
+
+@pytest.mark.parametrize(("status", "outcome"), [(200, COMPLETED), (408, TIMED_OUT), (429, "refused_429"),
+                                                 (503, REFUSED_503), (529, REFUSED_529), (502, "error"),
+                                                 (400, None), (404, None), (413, None)])
+def test_the_live_gate_reads_each_status(status: int, outcome: str | None) -> None:
+    from retrybench.proxy.breaker_gate import outcome_of_status
+
+    assert outcome_of_status(status) == outcome

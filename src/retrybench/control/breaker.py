@@ -120,6 +120,13 @@ class BreakerCore:
         else:
             self._probes_left += 1  # neither: another attempt may probe
 
+    def on_not_judged(self, subscriber: Subscriber, now: float) -> None:
+        """An attempt it let through ended in a way that says nothing of what is behind it (the request was
+        malformed: a 4xx): nothing is counted, and a probe's place is freed for another attempt."""
+        if self.state(now) == HALF_OPEN and subscriber in self._probes:
+            self._probes.discard(subscriber)
+            self._probes_left += 1
+
     def _fault(self, now: float) -> None:
         faults = self._faults
         faults.append(now)

@@ -3,8 +3,9 @@
 The same `BreakerCore` as the simulator's decides; this only carries its decisions over HTTP: an
 attempt it refuses gets the configured status and headers at once, one it lets through is handled
 as without a breaker, and how that ended is reported back: the response's status (200 a success;
-429, 503 or 529 a busy answer), or the client leaving before it (its deadline: a timeout). Another
-status (a 4xx of a malformed request, a 502 of a broken upstream) is an error. A refusal sent as an
+429, 503 or 529 a busy answer), or the client leaving before it (its deadline: a timeout). A 4xx of a
+malformed request (any but 408, 429) says nothing of the upstream and is not counted; another status (a
+502 of a broken upstream) is an error. A refusal sent as an
 SSE error event inside a streamed 200 reads as a success here: the gate sees the HTTP status only.
 """
 
@@ -26,10 +27,15 @@ __all__ = ["BreakerGate", "outcome_of_status"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def outcome_of_status(status: int) -> str:
-    """An HTTP status as the attempt outcome the breaker reads."""
+def outcome_of_status(status: int) -> str | None:
+    """An HTTP status as the attempt outcome the breaker reads; None for a client's own error (a 4xx other
+    than a timeout's 408 and a busy 429), which tells nothing of the engine."""
     if status == 200:
         return COMPLETED
+    if status == 408:
+        return TIMED_OUT
+    if 400 <= status < 500 and status not in REFUSED_BY_STATUS:
+        return None
     return REFUSED_BY_STATUS.get(status, ERROR)
 
 
@@ -60,7 +66,7 @@ class BreakerGate:
         if refusal is not None:
             await request.read()  # read the body so that the connection can be reused
             return self._refusal(refusal)
-        outcome = ERROR
+        outcome: str | None = ERROR
         try:
             response = await self._inner(request)
             outcome = outcome_of_status(response.status)
@@ -69,4 +75,7 @@ class BreakerGate:
             outcome = TIMED_OUT  # the client left before its answer: its deadline passed
             raise
         finally:
-            self.core.on_result(token, outcome, self._now())
+            if outcome is None:
+                self.core.on_not_judged(token, self._now())
+            else:
+                self.core.on_result(token, outcome, self._now())
