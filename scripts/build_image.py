@@ -85,7 +85,11 @@ def build(recipe: ImageRecipe, tag: str, work: Path) -> None:
     requirements = list(recipe.requirements)
     with _stage("wheels"):
         if recipe.project_extras is not None:
-            _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(REPO)])
+            # The proxy's compiled per-chunk path is built for this machine's Python; where that is not
+            # the image's, the wheel is built without it (the image then runs the same path in Python).
+            same_python = f"{sys.version_info[0]}.{sys.version_info[1]}" == PYTHON_TAG
+            _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(REPO)],
+                 env=None if same_python else {**os.environ, "RETRYBENCH_NO_EXTENSIONS": "1"})
             (project,) = wheels.glob("retrybench-*.whl")
             requirements.append(f"retrybench[{recipe.project_extras}] @ {project.as_uri()}")
         _run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", *_target_flags(),

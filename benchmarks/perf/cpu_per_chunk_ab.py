@@ -8,7 +8,13 @@ time (from /proc, in 10 ms ticks), which tells the proxy's own work from the ker
 
     PYTHONPATH=src:. python3 benchmarks/perf/cpu_per_chunk_ab.py 4 before=/tmp/old/src after=src
 
-(`before`'s tree from `git archive <commit> src | tar -x -C /tmp/old`.) Not collected by pytest: run it by hand.
+(`before`'s tree from `git archive <commit> src | tar -x -C /tmp/old`; a tree's compiled per-chunk path is
+used where it was built in that tree, `python setup.py build_ext --inplace`.) A tree given as `PATH#python`
+runs the per-chunk path in Python (RETRYBENCH_PYTHON_RELAY=1), so one tree's two paths compare side by side:
+
+    PYTHONPATH=src:. python3 benchmarks/perf/cpu_per_chunk_ab.py 4 python=src#python compiled=src
+
+Not collected by pytest: run it by hand.
 """
 
 from __future__ import annotations
@@ -40,6 +46,15 @@ def user_sys_s(pid: int) -> tuple[float, float]:
     return user / 100, system / 100
 
 
+def _proxy_env(tree: str) -> dict[str, str]:
+    """The proxy's environment for a tree given as PATH or PATH#python."""
+    path, _, variant = tree.partition("#")
+    if variant not in ("", "python"):
+        raise SystemExit(f"{tree}: after '#' only 'python' is known")
+    env = {"PYTHONPATH": str(Path(path).resolve())}
+    return env | {"RETRYBENCH_PYTHON_RELAY": "1"} if variant else env
+
+
 def main(repeats: int, trees: dict[str, str]) -> None:
     nginx = nginx_binary()
     if nginx is None:
@@ -60,7 +75,7 @@ def main(repeats: int, trees: dict[str, str]) -> None:
             port = free_port()
             process = stack.enter_context(ServerProcess(
                 [sys.executable, "-m", "retrybench", "proxy", "--engine", f"http://127.0.0.1:{up}", "--port",
-                 str(port), "--condition", "retries-on-cancel-on"], env={"PYTHONPATH": str(Path(src).resolve())},
+                 str(port), "--condition", "retries-on-cancel-on"], env=_proxy_env(src),
                 health_url=f"http://127.0.0.1:{port}/health", log_path=work / f"{name}.log"))
             found.append(Route(name, f"http://127.0.0.1:{port}", process.pid))
         figures: dict[str, list[float]] = {route.name: [] for route in found}

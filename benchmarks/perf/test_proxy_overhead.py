@@ -29,7 +29,8 @@ process CPU is counted in 10 ms ticks) and hands any misfit of the per-request t
 On one machine, in one run each, it gave the proxy 12.8 us and nginx 8.8 us (1.46x; 1.31-1.62 per
 repeat) where 800-chunk streams gave 10.0-10.3 us and 7.1-7.3 us (1.37-1.45x).
 
-Run on its own: pytest benchmarks/perf -p no:xdist --benchmark-only
+Run on its own: pytest benchmarks/perf/test_proxy_overhead.py -p no:xdist (not --benchmark-only: that
+skips the table and the target checks).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from fixtures.waiting import until
 
 from retrybench.analysis.conformance import replay
 from retrybench.conditions.config import ProxyPolicy
+from retrybench.proxy.whole_chunks import RELAY_IMPLEMENTATION
 
 pytestmark = pytest.mark.live
 
@@ -330,6 +331,7 @@ def test_health_and_metrics() -> None:
             assert health.status == 200
         assert await s.metric("retrybench_proxy_queue_depth") == 0
         assert await s.metric("retrybench_proxy_budget_ratio") == pytest.approx(0.1)
+        assert await s.metric("retrybench_proxy_compiled_relay") == (RELAY_IMPLEMENTATION == "compiled")
 
     run(policy("retry-budget"), test)
 

@@ -1,13 +1,16 @@
 """The short path of a streamed chunk: while one client alone wants an execution's bytes, the upstream
-connection writes them to that client's socket itself; everything else goes through the relay."""
+connection writes them to that client's socket itself; everything else goes through the relay. Every
+test runs on both per-chunk paths: the compiled one (where it was built) and the one in Python."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from retrybench.proxy.http1 import ResponseHead, frame_chunk
 from retrybench.proxy.relay import ClientSubscriber, Relay
-from retrybench.proxy.upstream import MAX_CLIENT_BUFFER, UpstreamPool, _Connection
+from retrybench.proxy.upstream import MAX_CLIENT_BUFFER, UpstreamPool, _Connection, _Exchange, _PythonConnection
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -49,8 +52,16 @@ class RecordingSink:
     def on_connection(self, connection: Any) -> None: ...
 
 
-def streaming_connection() -> tuple[_Connection, RecordingSink]:
-    connection = _Connection(UpstreamPool("http://127.0.0.1:1"))
+CONNECTIONS = [pytest.param(_Connection, id="compiled-where-built"), pytest.param(_PythonConnection, id="python")]
+
+
+@pytest.fixture(params=CONNECTIONS)
+def kind(request: pytest.FixtureRequest) -> type[_Exchange]:
+    return request.param  # type: ignore[no-any-return]
+
+
+def streaming_connection(kind: type[_Exchange] = _Connection) -> tuple[_Exchange, RecordingSink]:
+    connection = kind(UpstreamPool("http://127.0.0.1:1"))
     connection.transport = FakeTransport()  # type: ignore[assignment]
     sink = RecordingSink()
     connection.start(b"POST / HTTP/1.1\r\n\r\n", sink)
@@ -58,8 +69,9 @@ def streaming_connection() -> tuple[_Connection, RecordingSink]:
     return connection, sink
 
 
-def test_a_lone_clients_chunks_go_straight_to_its_socket_and_the_end_still_reaches_the_relay() -> None:
-    connection, sink = streaming_connection()
+def test_a_lone_clients_chunks_go_straight_to_its_socket_and_the_end_still_reaches_the_relay(
+        kind: type[_Exchange]) -> None:
+    connection, sink = streaming_connection(kind)
     client = FakeTransport()
     connection.direct = client  # type: ignore[assignment]
     chunks = [frame_chunk(b"data: %d\n\n" % i) for i in range(3)]
@@ -70,8 +82,9 @@ def test_a_lone_clients_chunks_go_straight_to_its_socket_and_the_end_still_reach
     assert client.written[-1] == b"0\r\n\r\n" and sink.ended == [None] and connection.direct is None
 
 
-def test_a_client_that_stops_reading_is_dropped_and_a_closing_one_falls_back_to_the_relay() -> None:
-    connection, sink = streaming_connection()
+def test_a_client_that_stops_reading_is_dropped_and_a_closing_one_falls_back_to_the_relay(
+        kind: type[_Exchange]) -> None:
+    connection, sink = streaming_connection(kind)
     client = FakeTransport()
     connection.direct = client  # type: ignore[assignment]
     client.buffered = MAX_CLIENT_BUFFER + 1
@@ -115,10 +128,10 @@ def test_the_relay_goes_direct_only_while_one_client_alone_wants_the_bytes() -> 
     assert other.direct is None, "bytes kept for a late retry must go through the relay"
 
 
-def test_a_read_that_looks_like_a_whole_chunk_inside_a_chunk_is_scanned() -> None:
+def test_a_read_that_looks_like_a_whole_chunk_inside_a_chunk_is_scanned(kind: type[_Exchange]) -> None:
     """The per-chunk path skips the scan for a read of exactly one whole chunk only between chunks: here
     the end of a chunk's data reads as a chunk of its own, and the last chunk after it still ends the body."""
-    connection, sink = streaming_connection()
+    connection, sink = streaming_connection(kind)
     framed = frame_chunk(b"ab" + b"3\r\nabc")
     assert framed[5:] == frame_chunk(b"abc")
     for read in (framed[:5], framed[5:], b"0\r\n\r\n"):

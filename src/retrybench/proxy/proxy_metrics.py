@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from retrybench.control.proxy import Attach, Create, Decision, ProxyCore, Serve
+from retrybench.proxy.whole_chunks import RELAY_IMPLEMENTATION
 
 __all__ = ["FATES", "ProxyMetrics"]
 
@@ -71,6 +72,9 @@ class ProxyMetrics:
             "retrybench_proxy_time_to_first_token_seconds",
             "Streamed attempts answered 200: wall seconds from the request read to its first payload written "
             "(an attached retry's replay and a retained response included)", buckets=TTFT_BUCKETS, registry=r)
+        Gauge("retrybench_proxy_compiled_relay", "1 where the per-chunk path is the compiled one, 0 where it "
+              "runs in Python (built without a C compiler, or RETRYBENCH_PYTHON_RELAY=1)",
+              registry=r).set(RELAY_IMPLEMENTATION == "compiled")
         Gauge("retrybench_proxy_queue_depth", "Executions waiting in the proxy's queue",
               registry=r).set_function(lambda: core.waiting)
         Gauge("retrybench_proxy_outstanding", "Executions with an open upstream stream",

@@ -58,6 +58,7 @@ from retrybench.proxy.eventlog import EventLog
 from retrybench.proxy.proxy_metrics import ProxyMetrics
 from retrybench.proxy.proxy_settings import ProxySettings
 from retrybench.proxy.upstream import UpstreamPool
+from retrybench.proxy.whole_chunks import RELAY_IMPLEMENTATION
 from retrybench.records.decisionlog import DecisionLogHeader
 from retrybench.serving.aio import metric_sums, run_event_loop
 from retrybench.serving.app import new_app, start_app
@@ -293,4 +294,5 @@ def serve_forever(settings: ProxySettings, host: str, port: int) -> None:
     upstreams = ", ".join(settings.upstreams)
     routed = f" (route {settings.route})" if len(settings.upstreams) > 1 else ""
     run_event_loop(lambda: serve_until_stopped(
-        settings, host, port, lambda bound: f"retrybench proxy on http://{host}:{bound} -> {upstreams}{routed}"))
+        settings, host, port, lambda bound: f"retrybench proxy on http://{host}:{bound} -> {upstreams}{routed}; "
+                                            f"per-chunk path: {RELAY_IMPLEMENTATION}"))

@@ -19,10 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 from urllib.parse import urlsplit
 
-from retrybench.proxy.http1 import CR, LF, SIZE_LINES, ChunkedScanner, FramingError, ResponseHead, parse_response_head
+from retrybench.proxy.http1 import ChunkedScanner, FramingError, ResponseHead, parse_response_head
+from retrybench.proxy.whole_chunks import PythonWholeChunkRelay, WholeChunkRelay
+
+if TYPE_CHECKING:
+    _RelayBase = PythonWholeChunkRelay
+else:
+    _RelayBase = WholeChunkRelay
 
 __all__ = ["MAX_CLIENT_BUFFER", "Cut", "Sink", "TimedOut", "UpstreamPool"]
 
@@ -51,10 +57,12 @@ class Sink(Protocol):
 
     def on_end(self, error: str | None) -> None: ...
 
-    def on_connection(self, connection: _Connection) -> None: ...
+    def on_connection(self, connection: _Exchange) -> None: ...
 
 
-class _Connection(asyncio.Protocol):
+class _Exchange(asyncio.Protocol):
+    """An upstream connection's exchanges, but for the per-chunk path (`_Connection` adds it)."""
+
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
@@ -67,6 +75,7 @@ class _Connection(asyncio.Protocol):
         self.reused = False
         self.progress = 0  # heads and length-delimited body reads seen (chunked bodies: see quiet_for)
         self.reads = 0  # reads of a streamed chunked body
+        self.client_buffer_limit = MAX_CLIENT_BUFFER
         self._seen = (0, 0)
         self._quiet_since = 0.0
         self._request = b""
@@ -80,6 +89,7 @@ class _Connection(asyncio.Protocol):
         self._head: ResponseHead | None = None
         self._buffer = b""
         self._scanner: ChunkedScanner | None = None
+        self._between = True  # the scanner's `between`, as of its last feed (see _feed)
         self._remaining: int | None = None
         self._want_payload = True
 
@@ -88,26 +98,23 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
 
-    def data_received(self, data: bytes) -> None:
+    def _data_received(self, data: bytes) -> None:
+        """Every read but a whole chunk between chunks (that one `data_received` forwards itself)."""
         sink = self.sink
         if sink is None:
             self.close()  # bytes nobody asked for: the connection cannot be trusted
             return
         try:
             scanner = self._scanner
-            if scanner is not None and not self._want_payload:  # a streamed body's chunks: most reads
-                end = len(data)
-                line = SIZE_LINES[end]  # one whole chunk (the scanner's state unchanged), or else fed
-                if (line is None or not scanner.between or not data.startswith(line) or data[end - 1] != LF
-                        or data[end - 2] != CR):
-                    end = scanner.feed(data)
+            if scanner is not None and not self._want_payload:  # a streamed body's chunks, not whole
+                end = self._feed(scanner, data)
                 body = data if end == len(data) else data[:end]
                 self.last_body = body
                 self.reads += 1
                 client = self.direct
                 if client is not None and not client.is_closing():
                     client.write(body)
-                    if client.get_write_buffer_size() > MAX_CLIENT_BUFFER:
+                    if client.get_write_buffer_size() > self.client_buffer_limit:
                         client.close()  # a client that stopped reading must not hold the proxy's memory
                 else:
                     sink.on_body(body)
@@ -192,7 +199,7 @@ class _Connection(asyncio.Protocol):
         self._head = head
         self.progress += 1
         if head.chunked:
-            self._scanner = ChunkedScanner()
+            self._scanner, self._between = ChunkedScanner(), True
         else:
             self._remaining = head.content_length
         sink.on_head(head)
@@ -205,7 +212,7 @@ class _Connection(asyncio.Protocol):
         scanner = self._scanner
         if scanner is not None:  # until the first payload (then data_received's own path)
             payload: list[bytes] = []
-            used = scanner.feed(data, payload)
+            used = self._feed(scanner, data, payload)
             first = b"".join(payload)
             if first:
                 self._want_payload = False
@@ -228,6 +235,13 @@ class _Connection(asyncio.Protocol):
         if self._remaining == 0:
             self._end(None)
 
+    def _feed(self, scanner: ChunkedScanner, data: bytes, payload: list[bytes] | None = None) -> int:
+        """Scan `data`, and keep whether the body read so far ends between chunks where the per-chunk
+        path reads it without an attribute lookup (a read of one whole chunk there leaves it True)."""
+        used = scanner.feed(data, payload)
+        self._between = scanner.between
+        return used
+
     def _end(self, error: str | None) -> None:
         sink, self.sink, self.direct = self.sink, None, None
         head = self._head
@@ -239,6 +253,14 @@ class _Connection(asyncio.Protocol):
             self.tail_fix = self._scanner.closing_bytes(MAX_FILLER)
         if sink is not None:
             sink.on_end(error)
+
+
+class _Connection(_RelayBase, _Exchange):
+    """An upstream connection: its exchanges, and the per-chunk path (compiled where it was built)."""
+
+
+class _PythonConnection(PythonWholeChunkRelay, _Exchange):
+    """The same with the per-chunk path in Python, as where the compiled one is not built."""
 
 
 class UpstreamPool:
@@ -254,8 +276,8 @@ class UpstreamPool:
         self.host = parts.hostname
         self.port = parts.port or 80
         self.prefix = parts.path.rstrip("/")
-        self._idle: list[_Connection] = []
-        self._busy: set[_Connection] = set()
+        self._idle: list[_Exchange] = []
+        self._busy: set[_Exchange] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.sweeper: asyncio.TimerHandle | None = None  # the idle check, armed while an exchange is busy
 
@@ -294,7 +316,7 @@ class UpstreamPool:
         connection.reused = False
         self._start(connection, request, sink)
 
-    def _start(self, connection: _Connection, request: bytes, sink: Sink) -> None:
+    def _start(self, connection: _Exchange, request: bytes, sink: Sink) -> None:
         self._busy.add(connection)
         sink.on_connection(connection)
         connection.start(request, sink)
@@ -316,13 +338,13 @@ class UpstreamPool:
         if self._busy:
             self._arm_sweeper()
 
-    def release(self, connection: _Connection) -> None:
+    def release(self, connection: _Exchange) -> None:
         self._busy.discard(connection)
         connection.idle_since = time.monotonic()
         self._idle.append(connection)
         self._unarm_when_idle()
 
-    def discard(self, connection: _Connection) -> None:
+    def discard(self, connection: _Exchange) -> None:
         self._busy.discard(connection)
         if connection in self._idle:
             self._idle.remove(connection)
