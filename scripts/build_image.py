@@ -79,6 +79,11 @@ def main() -> int:
     return 0
 
 
+# What a copy of the checkout to build the project's wheel from leaves out: builds, caches, environments.
+CHECKOUT_CLUTTER = (".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".*_cache",
+                    ".hypothesis", ".benchmarks", ".retrybench-cache", "out")
+
+
 def build(recipe: ImageRecipe, tag: str, work: Path) -> None:
     wheels = work / "wheels"
     wheels.mkdir()
@@ -87,8 +92,12 @@ def build(recipe: ImageRecipe, tag: str, work: Path) -> None:
         if recipe.project_extras is not None:
             # The proxy's compiled per-chunk path is built for this machine's Python; where that is not
             # the image's, the wheel is built without it (the image then runs the same path in Python).
+            # It is built from a copy of the checkout: a build in the checkout itself would share its build/
+            # and egg-info with an editable install running beside it (CI installs one while this runs).
             same_python = f"{sys.version_info[0]}.{sys.version_info[1]}" == PYTHON_TAG
-            _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(REPO)],
+            source = work / "source"
+            shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(*CHECKOUT_CLUTTER))
+            _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(source)],
                  env=None if same_python else {**os.environ, "RETRYBENCH_NO_EXTENSIONS": "1"})
             (project,) = wheels.glob("retrybench-*.whl")
             requirements.append(f"retrybench[{recipe.project_extras}] @ {project.as_uri()}")
