@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from urllib.parse import urlsplit
 
 from retrybench.proxy.http1 import ChunkedScanner, FramingError, ResponseHead, parse_response_head
-from retrybench.proxy.whole_chunks import PythonWholeChunkRelay, WholeChunkRelay
+from retrybench.proxy.whole_chunks import PythonWholeChunkRelay, WholeChunkRelay, send_to_client
 
 if TYPE_CHECKING:
     _RelayBase = PythonWholeChunkRelay
@@ -111,12 +111,7 @@ class _Exchange(asyncio.Protocol):
                 body = data if end == len(data) else data[:end]
                 self.last_body = body
                 self.reads += 1
-                client = self.direct
-                if client is not None and not client.is_closing():
-                    client.write(body)
-                    if client.get_write_buffer_size() > self.client_buffer_limit:
-                        client.close()  # a client that stopped reading must not hold the proxy's memory
-                else:
+                if not send_to_client(self.direct, body, self.client_buffer_limit):
                     sink.on_body(body)
                 if scanner.done:
                     self._end(None)

@@ -19,7 +19,7 @@ from typing import Any
 
 from retrybench.proxy.http1 import CR, LF, SIZE_LINES
 
-__all__ = ["RELAY_IMPLEMENTATION", "PythonWholeChunkRelay", "WholeChunkRelay", "compiled_relay"]
+__all__ = ["RELAY_IMPLEMENTATION", "PythonWholeChunkRelay", "WholeChunkRelay", "compiled_relay", "send_to_client"]
 
 
 class PythonWholeChunkRelay:
@@ -45,15 +45,22 @@ class PythonWholeChunkRelay:
                     and self._between):
                 self.last_body = data
                 self.reads += 1
-                client = self.direct
-                if client is not None and not client.is_closing():
-                    client.write(data)
-                    if client.get_write_buffer_size() > self.client_buffer_limit:
-                        client.close()  # a client that stopped reading must not hold the proxy's memory
-                    return
-                sink.on_body(data)
+                if not send_to_client(self.direct, data, self.client_buffer_limit):
+                    sink.on_body(data)
                 return
         self._data_received(data)
+
+
+def send_to_client(client: Any, data: bytes, limit: int) -> bool:
+    """Write `data` to the one client that alone wants the stream (`direct`, or None), and drop that client
+    once more than `limit` bytes wait for it; False where there is none or it is closing (the relay then
+    takes the bytes). The compiled class does the same in C."""
+    if client is None or client.is_closing():
+        return False
+    client.write(data)
+    if client.get_write_buffer_size() > limit:
+        client.close()  # a client that stopped reading must not hold the proxy's memory
+    return True
 
 
 def compiled_relay() -> type | None:
